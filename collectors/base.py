@@ -1,0 +1,138 @@
+"""The collector plugin contract and its registry.
+
+A collector is one small object with a ``collect()`` method, in the spirit of
+prometheus/client_python: each call returns the batches gathered since the
+previous call. The daemon calls it every ``interval_s`` seconds from a worker
+thread and publishes what it returns on the bus; collectors never touch the bus
+or bytes themselves.
+
+>>> @register("example")
+... class Example:
+...     name = "example"
+...     source = "synthetic"
+...     interval_s = 1.0
+...     def __init__(self, ctx: CollectorContext) -> None: ...
+...     def collect(self) -> list[Emit]:
+...         return []
+...     def close(self) -> None: ...
+>>> "example" in available()
+True
+>>> unregister("example")
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class Emit:
+    """One batch for the bus.
+
+    ``signal`` is a key of :data:`exporter.schema.SCHEMAS`; ``key`` is a
+    deterministic id for this piece of data, used as the ``Nats-Msg-Id``
+    prefix so that a re-publish is deduplicated by JetStream.
+    """
+
+    signal: str
+    batch: pa.RecordBatch | pa.Table
+    key: str
+
+
+@dataclass
+class CollectorContext:
+    """What a collector is told when it is built.
+
+    ``pids`` is the live set of watched process ids, shared by every
+    collector in a pipeline (the ORT collector adds its own pid, ``capture --
+    CMD`` adds the child's). ``options`` is the collector's config section.
+    """
+
+    host: str = field(default_factory=socket.gethostname)
+    pids: set[int] = field(default_factory=set)
+    options: Mapping[str, Any] = field(default_factory=dict)
+    log: Callable[[str], None] = print
+
+
+@runtime_checkable
+class Collector(Protocol):
+    """The plugin Protocol.
+
+    ``name`` is the registry name; ``source`` is the backend actually in use
+    (``"proc"``, ``"ebpf"``, ``"sysfs"``, ``"none"``...) and is exported as
+    ``aaco_collector_up{collector=name, source=source}``; ``interval_s`` is how
+    often the daemon calls ``collect()``. ``collect()`` must not raise on bad
+    input: it drops what it cannot use and reports it via ``drops()``.
+    """
+
+    name: str
+    source: str
+    interval_s: float
+
+    def collect(self) -> Iterable[Emit]: ...
+
+    def close(self) -> None: ...
+
+
+Factory = Callable[[CollectorContext], Collector]
+_REGISTRY: dict[str, Factory] = {}
+
+
+def register(name: str) -> Callable[[Factory], Factory]:
+    """Class decorator: make ``name`` buildable by :func:`create`."""
+
+    def deco(factory: Factory) -> Factory:
+        _REGISTRY[name] = factory
+        return factory
+
+    return deco
+
+
+def unregister(name: str) -> None:
+    """Remove ``name`` from the registry (tests, plugins reloading)."""
+    _REGISTRY.pop(name, None)
+
+
+def available() -> list[str]:
+    """Registered collector names, sorted."""
+    _load_builtin()
+    return sorted(_REGISTRY)
+
+
+def create(name: str, ctx: CollectorContext) -> Collector:
+    """Build collector ``name``; raises ``KeyError`` naming the known ones."""
+    _load_builtin()
+    try:
+        factory = _REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown collector {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
+    return factory(ctx)
+
+
+_loaded = False
+
+
+def _load_builtin() -> None:
+    """Import every plugin sub-package of :mod:`collectors` (one folder a
+    plugin, like Telegraf) and any ``aaco_exporter.collectors`` entry point,
+    so that their ``@register`` decorators run."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    import importlib
+    import pkgutil
+    from importlib.metadata import entry_points
+
+    import collectors
+
+    for info in pkgutil.iter_modules(collectors.__path__):
+        if info.ispkg:
+            importlib.import_module(f"collectors.{info.name}")
+    for ep in entry_points(group="aaco_exporter.collectors"):
+        ep.load()

@@ -1,0 +1,380 @@
+"""The one event schema: every signal on the bus, and its wire encoding.
+
+Nothing else in the project touches bytes on the bus. A NATS message carries
+exactly one Arrow IPC *stream* holding one record batch, plus these headers:
+
+=================  ==========================================================
+``Aaco-Schema``     signal name, one of :data:`SCHEMAS` (e.g. ``kernel_span``)
+``Aaco-Version``    integer schema version (:data:`SCHEMA_VERSION`)
+``Aaco-Host``       sanitised source host name
+``Nats-Msg-Id``     unique message id; JetStream drops a re-published id
+                    inside the stream's duplicate window
+=================  ==========================================================
+
+Time is always ``int64`` nanoseconds (``*_ns``) on the collector host's
+``CLOCK_REALTIME`` unless a column says otherwise; durations are ``int64``
+nanoseconds; ratios are ``float64`` in [0, 1] unless documented otherwise.
+
+Errors: :func:`decode` raises :class:`SchemaError` naming the header or the
+field that is wrong; callers count it as a drop with ``reason=err.reason``.
+
+>>> import pyarrow as pa
+>>> b = empty_batch("kernel_span")
+>>> msg = encode("kernel_span", b, host="node-1", msg_id="m1")
+>>> sig, version, host, back = decode(msg.payload, msg.headers)
+>>> (sig, version, host, back.num_rows)
+('kernel_span', 1, 'node-1', 0)
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+"""Bumped on any incompatible change of a schema below."""
+
+H_SCHEMA = "Aaco-Schema"
+H_VERSION = "Aaco-Version"
+H_HOST = "Aaco-Host"
+H_MSG_ID = "Nats-Msg-Id"
+
+_DICT_STR = pa.dictionary(pa.int32(), pa.string())
+
+KERNEL_SPAN = pa.schema(
+    [
+        pa.field("start_ns", pa.int64(), nullable=False),
+        pa.field("end_ns", pa.int64(), nullable=False),
+        pa.field("duration_ns", pa.int64(), nullable=False),
+        pa.field("source", _DICT_STR, nullable=False),  # ort, rocprofv3, rocprof, kineto, ...
+        pa.field("model", _DICT_STR),  # model name, null for raw GPU traces
+        pa.field("pid", pa.int64()),
+        pa.field("tid", pa.int64()),
+        pa.field("device_type", _DICT_STR),  # "cpu" or "gpu"
+        pa.field("agent_id", pa.int64()),  # GPU agent / device index
+        pa.field("queue_id", pa.int64()),
+        pa.field("stream_id", pa.int64()),
+        pa.field("correlation_id", pa.int64()),
+        pa.field("dispatch_id", pa.int64()),
+        pa.field("kernel_name", _DICT_STR, nullable=False),  # raw name: spans/Parquet only
+        pa.field("kernel_family", _DICT_STR, nullable=False),  # bounded label value
+        pa.field("op_type", _DICT_STR),  # ONNX op type when known
+        pa.field("node_name", _DICT_STR),  # ONNX graph node when known
+        pa.field("iteration", pa.int64()),  # inference iteration index, null if unknown
+        pa.field("grid_x", pa.int64()),
+        pa.field("grid_y", pa.int64()),
+        pa.field("grid_z", pa.int64()),
+        pa.field("workgroup_x", pa.int64()),
+        pa.field("workgroup_y", pa.int64()),
+        pa.field("workgroup_z", pa.int64()),
+        pa.field("launch_api_ns", pa.int64()),  # HIP launch API duration (joined on corr. id)
+        pa.field("launch_delay_ns", pa.int64()),  # kernel start - launch API end (HTA)
+    ]
+)
+"""One row per kernel dispatch (GPU) or per executed graph node (ORT CPU EP)."""
+
+ITERATION_SPAN = pa.schema(
+    [
+        pa.field("start_ns", pa.int64(), nullable=False),
+        pa.field("end_ns", pa.int64(), nullable=False),
+        pa.field("duration_ns", pa.int64(), nullable=False),
+        pa.field("source", _DICT_STR, nullable=False),
+        pa.field("model", _DICT_STR, nullable=False),
+        pa.field("pid", pa.int64(), nullable=False),
+        pa.field("iteration", pa.int64(), nullable=False),
+        pa.field("kernel_count", pa.int64(), nullable=False),  # spans published for it
+    ]
+)
+"""One row per inference run (ORT ``model_run`` profiler event)."""
+
+GRAPH_INFO = pa.schema(
+    [
+        pa.field("model", pa.string(), nullable=False),
+        pa.field("model_path", pa.string()),
+        pa.field("sha256", pa.string()),
+        pa.field("node_count", pa.int64(), nullable=False),  # excludes Constant nodes
+        pa.field("total_nodes", pa.int64(), nullable=False),  # includes Constant nodes
+        pa.field("edge_count", pa.int64(), nullable=False),
+        pa.field("op_types", pa.list_(pa.string()), nullable=False),
+        pa.field("op_counts", pa.list_(pa.int64()), nullable=False),
+        pa.field("pid", pa.int64()),
+    ]
+)
+"""One row per loaded model; ``op_types[i]`` occurs ``op_counts[i]`` times."""
+
+GAUGE_SAMPLE = pa.schema(
+    [
+        pa.field("ts_ns", pa.int64(), nullable=False),
+        pa.field("metric", _DICT_STR, nullable=False),  # e.g. hw.gpu.power (OTel name)
+        pa.field("value", pa.float64(), nullable=False),  # base units only
+        pa.field("unit", _DICT_STR, nullable=False),  # UCUM: W, Cel, Hz, By, 1, J
+        pa.field("source", _DICT_STR, nullable=False),  # amdsmi, amd-smi, rocm-smi, sysfs
+        pa.field("gpu_index", pa.int64()),
+        pa.field("gpu_uuid", pa.string()),
+        pa.field("attributes", pa.map_(pa.string(), pa.string())),  # bounded extra labels
+    ]
+)
+"""One row per (gauge, device) reading, already in base units."""
+
+SCHED_SAMPLE = pa.schema(
+    [
+        pa.field("ts_ns", pa.int64(), nullable=False),  # end of the interval
+        pa.field("interval_ns", pa.int64(), nullable=False),
+        pa.field("source", _DICT_STR, nullable=False),  # proc or ebpf
+        pa.field("pid", pa.int64(), nullable=False),
+        pa.field("tid", pa.int64(), nullable=False),
+        pa.field("comm", pa.string()),
+        pa.field("runq_wait_ns", pa.int64(), nullable=False),  # delta over the interval
+        pa.field("run_ns", pa.int64(), nullable=False),  # delta on-CPU time
+        pa.field("voluntary_switches", pa.int64(), nullable=False),
+        pa.field("involuntary_switches", pa.int64(), nullable=False),
+        pa.field("migrations", pa.int64()),
+        pa.field("minor_faults", pa.int64()),
+        pa.field("major_faults", pa.int64()),
+        pa.field("runq_hist_log2_ns", pa.list_(pa.int64())),  # bucket i counts [2^i, 2^(i+1)) ns
+        pa.field("top_preemptors", pa.list_(pa.string())),  # comms that ran while we waited
+    ]
+)
+"""One row per watched thread per interval; all counts are deltas."""
+
+ANALYTICS_RESULT = pa.schema(
+    [
+        pa.field("ts_ns", pa.int64(), nullable=False),
+        pa.field("host", pa.string(), nullable=False),
+        pa.field("model", pa.string()),
+        pa.field("pid", pa.int64()),
+        pa.field("window_start_ns", pa.int64()),
+        pa.field("window_end_ns", pa.int64()),
+        pa.field("iterations", pa.int64(), nullable=False),  # in the window
+        pa.field("kernel_count", pa.int64(), nullable=False),  # in the window
+        pa.field("graph_node_count", pa.int64()),
+        pa.field("kar", pa.float64()),
+        pa.field("launch_overhead_ns", pa.int64()),
+        pa.field("kernel_time_ns", pa.int64()),
+        pa.field("launch_tax", pa.float64()),
+        pa.field("runq_wait_ns", pa.int64()),
+        pa.field("thread_wall_ns", pa.int64()),
+        pa.field("sii", pa.float64()),
+        pa.field("busy_ns", pa.int64()),
+        pa.field("wall_ns", pa.int64()),
+        pa.field("gpu_active_ratio", pa.float64()),
+        pa.field("latency_mean_s", pa.float64()),
+        pa.field("latency_p50_s", pa.float64()),
+        pa.field("latency_p99_s", pa.float64()),
+        pa.field("kernel_spans_total", pa.int64(), nullable=False),  # cumulative
+        pa.field("iterations_total", pa.int64(), nullable=False),  # cumulative
+        pa.field("family_names", pa.list_(pa.string())),  # cumulative per family
+        pa.field("family_spans_total", pa.list_(pa.int64())),
+        pa.field("family_time_ns_total", pa.list_(pa.int64())),
+    ]
+)
+"""One row per (host, pid, model) key each time its window is evaluated."""
+
+SCHEMAS: Mapping[str, pa.Schema] = {
+    "kernel_span": KERNEL_SPAN,
+    "iteration_span": ITERATION_SPAN,
+    "graph_info": GRAPH_INFO,
+    "gauge_sample": GAUGE_SAMPLE,
+    "sched_sample": SCHED_SAMPLE,
+    "analytics_result": ANALYTICS_RESULT,
+}
+"""Signal name -> Arrow schema. The signal name is also the subject token."""
+
+SUBJECT_PREFIX = "aaco.v1"
+_HOST_BAD = re.compile(r"[^A-Za-z0-9_-]")
+
+
+class SchemaError(ValueError):
+    """A message or a table does not match its schema.
+
+    ``reason`` is a short, bounded token used as the ``reason`` label of
+    ``aaco_exporter_events_dropped_total``; the message names the field.
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def sanitize_token(name: str, max_len: int = 64) -> str:
+    """Return ``name`` made safe as one NATS subject token.
+
+    Anything but ``[A-Za-z0-9_-]`` (notably ``.``, ``*``, ``>`` and spaces)
+    becomes ``_``; the result is never empty and at most ``max_len`` long.
+
+    >>> sanitize_token("gpu-node.7.example.com")
+    'gpu-node_7_example_com'
+    >>> sanitize_token("a>b*c d")
+    'a_b_c_d'
+    >>> sanitize_token("")
+    'unknown'
+    """
+    out = _HOST_BAD.sub("_", name)[:max_len]
+    return out or "unknown"
+
+
+def subject(signal: str, host: str) -> str:
+    """Subject ``aaco.v1.<signal>.<host>`` with ``host`` sanitised.
+
+    >>> subject("kernel_span", "node.1")
+    'aaco.v1.kernel_span.node_1'
+    """
+    if signal not in SCHEMAS and not signal.startswith("otlp."):
+        raise SchemaError("unknown_schema", f"unknown signal {signal!r}")
+    return f"{SUBJECT_PREFIX}.{signal}.{sanitize_token(host)}"
+
+
+@dataclass(frozen=True)
+class Message:
+    """An encoded bus message: payload bytes plus NATS headers."""
+
+    subject: str
+    payload: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def conform(signal: str, table: pa.Table | pa.RecordBatch) -> pa.RecordBatch:
+    """Return ``table`` as one record batch in exactly ``signal``'s schema.
+
+    Columns are reordered, missing nullable columns are filled with nulls,
+    and types are cast (strings to dictionaries, ints to int64).
+
+    Raises :class:`SchemaError` (``reason="missing_field"``) naming the first
+    required field that is absent, or (``reason="bad_type"``) a field whose
+    values cannot be cast.
+    """
+    schema = SCHEMAS[signal]
+    if isinstance(table, pa.RecordBatch):
+        table = pa.Table.from_batches([table])
+    n = table.num_rows
+    cols = []
+    for f in schema:
+        if f.name in table.column_names:
+            col = table.column(f.name)
+            if not col.type.equals(f.type):
+                try:
+                    col = col.cast(f.type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                    raise SchemaError(
+                        "bad_type", f"{signal}: field {f.name!r} has type {col.type}: {e}"
+                    ) from e
+            if not f.nullable and col.null_count:
+                raise SchemaError("null_field", f"{signal}: required field {f.name!r} has nulls")
+            cols.append(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
+        elif f.nullable:
+            cols.append(pa.nulls(n, f.type))
+        else:
+            raise SchemaError("missing_field", f"{signal}: required field {f.name!r} is missing")
+    out = pa.Table.from_arrays(cols, schema=schema).combine_chunks()
+    batches = out.to_batches()
+    return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=schema)
+
+
+def empty_batch(signal: str) -> pa.RecordBatch:
+    """A zero-row batch of ``signal``'s schema."""
+    return pa.RecordBatch.from_pylist([], schema=SCHEMAS[signal])
+
+
+def _serialize(batch: pa.RecordBatch) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as w:
+        w.write_batch(batch)
+    return bytes(sink.getvalue())
+
+
+def encode(
+    signal: str,
+    batch: pa.RecordBatch | pa.Table,
+    *,
+    host: str,
+    msg_id: str | None = None,
+) -> Message:
+    """Encode one batch of ``signal`` as a :class:`Message`.
+
+    ``msg_id`` should be deterministic for a given piece of data (for example
+    ``f"{run_id}:{chunk}"``) so that a re-publish after a crash is dropped by
+    JetStream's duplicate window; a random UUID is used when omitted.
+    """
+    rb = conform(signal, batch)
+    headers = {
+        H_SCHEMA: signal,
+        H_VERSION: str(SCHEMA_VERSION),
+        H_HOST: sanitize_token(host),
+        H_MSG_ID: msg_id or uuid.uuid4().hex,
+    }
+    return Message(subject(signal, host), _serialize(rb), headers)
+
+
+def encode_chunks(
+    signal: str,
+    table: pa.Table | pa.RecordBatch,
+    *,
+    host: str,
+    msg_id_prefix: str,
+    max_bytes: int = 900_000,
+    max_rows: int = 65_536,
+) -> Iterator[Message]:
+    """Split ``table`` into messages of at most ``max_bytes`` payload each.
+
+    Message ids are ``f"{msg_id_prefix}:{i}"`` for chunk ``i``, so a replay of
+    the same table is deduplicated chunk by chunk. A single row larger than
+    ``max_bytes`` raises :class:`SchemaError` (``reason="oversize"``).
+    """
+    if isinstance(table, pa.RecordBatch):
+        table = pa.Table.from_batches([table])
+    start, i, rows = 0, 0, max(1, min(max_rows, table.num_rows or 1))
+    if table.num_rows == 0:
+        yield encode(signal, table, host=host, msg_id=f"{msg_id_prefix}:0")
+        return
+    while start < table.num_rows:
+        part = table.slice(start, rows)
+        msg = encode(signal, part, host=host, msg_id=f"{msg_id_prefix}:{i}")
+        if len(msg.payload) > max_bytes and rows > 1:
+            rows = max(1, rows // 2)
+            continue
+        if len(msg.payload) > max_bytes:
+            raise SchemaError("oversize", f"{signal}: one row encodes to {len(msg.payload)} bytes")
+        yield msg
+        start += part.num_rows
+        i += 1
+
+
+def decode(
+    payload: bytes, headers: Mapping[str, str] | None
+) -> tuple[str, int, str, pa.RecordBatch]:
+    """Decode one bus message into ``(signal, version, host, batch)``.
+
+    Raises :class:`SchemaError` with ``reason`` one of ``missing_header``,
+    ``unknown_schema``, ``bad_version``, ``bad_payload`` or ``schema_mismatch``.
+    """
+    headers = headers or {}
+    signal = headers.get(H_SCHEMA)
+    if signal is None:
+        raise SchemaError("missing_header", f"message has no {H_SCHEMA} header")
+    if signal not in SCHEMAS:
+        raise SchemaError("unknown_schema", f"{H_SCHEMA}={signal!r} is not a known signal")
+    try:
+        version = int(headers.get(H_VERSION, ""))
+    except ValueError:
+        raise SchemaError("bad_version", f"{H_VERSION} header is not an integer") from None
+    if version != SCHEMA_VERSION:
+        raise SchemaError("bad_version", f"{signal}: version {version} != {SCHEMA_VERSION}")
+    host = headers.get(H_HOST, "unknown")
+    try:
+        with pa.ipc.open_stream(pa.py_buffer(payload)) as r:
+            batches = list(r)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise SchemaError("bad_payload", f"{signal}: payload is not Arrow IPC: {e}") from e
+    expected = SCHEMAS[signal]
+    if len(batches) != 1:
+        raise SchemaError("bad_payload", f"{signal}: expected 1 record batch, got {len(batches)}")
+    batch = batches[0]
+    if not batch.schema.equals(expected):
+        missing = [f.name for f in expected if f.name not in batch.schema.names]
+        detail = f"missing field {missing[0]!r}" if missing else "field types differ"
+        raise SchemaError("schema_mismatch", f"{signal}: {detail}")
+    return signal, version, host, batch
