@@ -111,6 +111,7 @@ GAUGE_SAMPLE = pa.schema(
         pa.field("ts_ns", pa.int64(), nullable=False),
         pa.field("metric", _DICT_STR, nullable=False),  # e.g. hw.gpu.power (OTel name)
         pa.field("value", pa.float64(), nullable=False),  # base units only
+        pa.field("kind", _DICT_STR, nullable=False),  # "gauge" or "counter" (cumulative)
         pa.field("unit", _DICT_STR, nullable=False),  # UCUM: W, Cel, Hz, By, 1, J
         pa.field("source", _DICT_STR, nullable=False),  # amdsmi, amd-smi, rocm-smi, sysfs
         pa.field("gpu_index", pa.int64()),
@@ -118,7 +119,16 @@ GAUGE_SAMPLE = pa.schema(
         pa.field("attributes", pa.map_(pa.string(), pa.string())),  # bounded extra labels
     ]
 )
-"""One row per (gauge, device) reading, already in base units."""
+"""One row per (gauge, device) reading, already in base units.
+
+``metric`` is an OpenTelemetry-style name (``hw.gpu.utilization``); the
+Prometheus sink derives the exposition name the way OpenTelemetry's
+Prometheus exporter does: dots to underscores, then the unit suffix
+(``_watts``, ``_celsius``, ``_hertz``, ``_bytes``, ``_joules``, ``_ratio``
+for unit ``1``, ``_seconds``) and ``_total`` for ``kind="counter"``.
+``attributes`` keys become label names after the same dot translation; they
+must be bounded (never a raw kernel name).
+"""
 
 SCHED_SAMPLE = pa.schema(
     [
