@@ -1,0 +1,428 @@
+"""Rule-based bottleneck classifier with ranked evidence.
+
+Input: :class:`Features`, windowed signals with optional fields (a missing
+source leaves its fields ``None`` and the rules that need them are skipped).
+Output: :class:`Verdict` with one of :data:`CLASSES` (or ``"unknown"``), a
+confidence in [0, 1], the evidence ranked by weighted margin, and a
+recommendation. Thresholds come from :mod:`stream_analytics.thresholds`.
+
+Decision: each class has weighted rules, one of them *primary*. A class's
+score is the weight of its satisfied rules over the weight of its evaluable
+rules. Environmental causes (``throttled``, ``cpu-bound``) win first when
+their primary rule holds and their score is >= 0.5, because they distort
+every other signal (a preempted host thread inflates launch tax, a throttled
+GPU lengthens kernels). Otherwise the workload class (``launch-bound``,
+``memory-bound``, ``compute-bound``) with the highest score and a satisfied
+primary rule wins. Confidence = score x (0.5 + 0.5 x share of the class's
+rule weight that could be evaluated).
+
+>>> v = classify(Features(micro_kernel_share=0.95, launch_tax=2.0, active_ratio=0.3))
+>>> v.label, round(v.confidence, 3)
+('launch-bound', 0.917)
+>>> classify(Features(micro_kernel_share=0.95, launch_tax=2.0, sii=0.5)).label
+'cpu-bound'
+>>> classify(Features()).label
+'unknown'
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from stream_analytics import thresholds as T
+from stream_analytics.sii import active_totals
+
+CLASSES: tuple[str, ...] = (
+    "launch-bound",
+    "cpu-bound",
+    "memory-bound",
+    "compute-bound",
+    "throttled",
+)
+"""Seed taxonomy, in no particular order."""
+
+RECOMMENDATIONS: Mapping[str, str] = {
+    "launch-bound": (
+        "Kernels are too small to hide launch latency: fuse ops (ORT graph optimisation level "
+        "ALL, MIGraphX fusion), capture the graph (HIP graphs), or raise the batch size."
+    ),
+    "cpu-bound": (
+        "Host threads wait on the run queue: pin the inference process to dedicated cores "
+        "(taskset/cgroups cpuset), cut co-located load, or lower intra-op thread counts."
+    ),
+    "memory-bound": (
+        "Memory traffic dominates: use lower-precision weights/activations (fp16/bf16/int8), "
+        "fuse memory-bound elementwise chains, check tensor layouts."
+    ),
+    "compute-bound": (
+        "The device is saturated with math: use faster precision (fp16/bf16, FP8 on MI300), "
+        "tuned GEMM kernels (hipBLASLt tuning), or scale out."
+    ),
+    "throttled": (
+        "Clocks are limited by power or temperature: check cooling and power caps "
+        "(amd-smi metric --power --temperature), avoid sustained PPT limits."
+    ),
+    "unknown": "Not enough signals to classify; enable more sources (profiler, /proc, SMI).",
+}
+
+GAUGE_GFX = "hw.gpu.utilization"
+GAUGE_MEM = "hw.gpu.memory.utilization"
+GAUGE_POWER = "hw.gpu.power"
+GAUGE_POWER_LIMIT = "hw.gpu.power.limit"
+GAUGE_CLOCK = "hw.gpu.clock.graphics"
+GAUGE_THROTTLE = "hw.gpu.throttle_status"
+"""GAUGE_SAMPLE ``metric`` names read by :func:`features_from_window`."""
+
+
+@dataclass(frozen=True)
+class Features:
+    """Windowed signals; ``None`` = source missing. Units in field comments."""
+
+    kernel_rate_hz: float | None = None  # kernel spans per second of wall time
+    mean_kernel_ns: float | None = None  # mean kernel duration, ns
+    micro_kernel_share: float | None = None  # share of kernels < MICRO_KERNEL_NS, [0, 1]
+    active_ratio: float | None = None  # device busy / wall, [0, 1]
+    launch_tax: float | None = None  # launch overhead / kernel time, >= 0
+    kar: float | None = None  # kernels per graph node per iteration
+    sii: float | None = None  # run-queue wait / wall, [0, 1]
+    invol_switch_rate_hz: float | None = None  # per active thread per second
+    gfx_activity: float | None = None  # [0, 1]
+    mem_activity: float | None = None  # [0, 1]
+    mem_share: float | None = None  # mem / (mem + gfx), [0, 1]
+    throttle_residency: float | None = None  # share of samples throttled, [0, 1]
+    power_cap_ratio: float | None = None  # power / power limit
+    clock_cv: float | None = None  # std / mean of graphics clock
+
+    def to_dict(self) -> dict[str, float | None]:
+        """JSON-able dict of all fields."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One rule outcome: ``value`` compared against ``threshold`` (``op``)."""
+
+    signal: str
+    value: float
+    threshold: float
+    op: str  # ">=" or "<"
+    weight: float
+    met: bool
+
+    @property
+    def margin(self) -> float:
+        """Relative distance past the threshold (negative when not met), capped at 10."""
+        d = abs(self.threshold) or 1.0
+        m = (
+            (self.value - self.threshold) / d
+            if self.op == ">="
+            else (self.threshold - self.value) / d
+        )
+        return max(-10.0, min(10.0, m))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Classifier output."""
+
+    label: str
+    confidence: float
+    evidence: tuple[Evidence, ...]
+    recommendation: str
+    scores: Mapping[str, float] = field(default_factory=dict)
+    features: Features | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-able dict (``json.dumps`` ready)."""
+        return {
+            "class": self.label,
+            "confidence": round(self.confidence, 4),
+            "evidence": [
+                {
+                    "signal": e.signal,
+                    "value": e.value,
+                    "threshold": e.threshold,
+                    "op": e.op,
+                    "weight": e.weight,
+                    "met": e.met,
+                }
+                for e in self.evidence
+            ],
+            "recommendation": self.recommendation,
+            "scores": {k: round(v, 4) for k, v in self.scores.items()},
+            "features": self.features.to_dict() if self.features else None,
+        }
+
+
+@dataclass(frozen=True)
+class _Rule:
+    signal: str
+    op: str
+    threshold: float
+    weight: float
+    primary: bool = False
+
+
+RULES: Mapping[str, tuple[_Rule, ...]] = {
+    "throttled": (
+        _Rule("throttle_residency", ">=", T.THROTTLE_RESIDENCY, 3.0, primary=True),
+        _Rule("power_cap_ratio", ">=", T.POWER_CAP_RATIO, 1.0),
+        _Rule("clock_cv", ">=", T.CLOCK_CV, 1.0),
+    ),
+    "cpu-bound": (
+        _Rule("sii", ">=", T.SII_CPU, 3.0, primary=True),
+        _Rule("invol_switch_rate_hz", ">=", T.INVOL_SWITCH_RATE_HZ, 1.0),
+    ),
+    "launch-bound": (
+        _Rule("micro_kernel_share", ">=", T.MICRO_SHARE_LAUNCH, 2.0, primary=True),
+        _Rule("launch_tax", ">=", T.LTS_LAUNCH, 2.0, primary=True),
+        _Rule("active_ratio", "<", T.ACTIVE_RATIO_LOW, 1.0),
+        _Rule("kernel_rate_hz", ">=", T.KERNEL_RATE_LAUNCH_HZ, 1.0),
+    ),
+    "memory-bound": (
+        _Rule("mem_share", ">=", T.MEM_SHARE_MEMORY, 3.0, primary=True),
+        _Rule("active_ratio", ">=", T.ACTIVE_RATIO_HIGH, 1.0),
+    ),
+    "compute-bound": (
+        _Rule("active_ratio", ">=", T.ACTIVE_RATIO_HIGH, 2.0, primary=True),
+        _Rule("gfx_activity", ">=", T.GFX_BUSY_HIGH, 2.0, primary=True),
+        _Rule("mean_kernel_ns", ">=", T.MEAN_KERNEL_LONG_NS, 1.0),
+        _Rule("launch_tax", "<", T.LTS_COMPUTE_MAX, 1.0),
+        _Rule("mem_share", "<", T.MEM_SHARE_MEMORY, 1.0),
+    ),
+}
+"""Class -> weighted rules. Thresholds and their sources: :mod:`thresholds`."""
+
+_GATES = ("throttled", "cpu-bound")
+_WORKLOAD = ("launch-bound", "memory-bound", "compute-bound")
+
+
+def _evaluate(label: str, f: Features) -> tuple[float, float, bool, list[Evidence]]:
+    """(score, evaluable weight share, primary met, evidence) of one class."""
+    ev: list[Evidence] = []
+    total = sum(r.weight for r in RULES[label])
+    avail = met_w = 0.0
+    primary = False
+    for r in RULES[label]:
+        v = getattr(f, r.signal)
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            continue
+        ok = v >= r.threshold if r.op == ">=" else v < r.threshold
+        ev.append(Evidence(r.signal, float(v), r.threshold, r.op, r.weight, ok))
+        avail += r.weight
+        if ok:
+            met_w += r.weight
+            primary = primary or r.primary
+    score = met_w / avail if avail else 0.0
+    return score, avail / total, primary, ev
+
+
+def classify(features: Features) -> Verdict:
+    """Classify one window; never raises on missing signals (-> ``unknown``)."""
+    res = {c: _evaluate(c, features) for c in CLASSES}
+    scores = {c: r[0] * (0.5 + 0.5 * r[1]) for c, r in res.items()}
+    pick: str | None = None
+    gates = [c for c in _GATES if res[c][2] and res[c][0] >= 0.5]
+    if gates:
+        pick = max(gates, key=lambda c: scores[c])
+    else:
+        work = [c for c in _WORKLOAD if res[c][2]]
+        if work:
+            pick = max(work, key=lambda c: scores[c])
+    if pick is None:
+        return Verdict("unknown", 0.0, (), RECOMMENDATIONS["unknown"], scores, features)
+    ev = sorted(res[pick][3], key=lambda e: (not e.met, -e.weight * abs(e.margin)))
+    return Verdict(pick, scores[pick], tuple(ev), RECOMMENDATIONS[pick], scores, features)
+
+
+# ------------------------------------------------------------------ feature extraction
+def _union_ns(starts: np.ndarray, ends: np.ndarray) -> int:
+    """Total length of the union of ``[start, end)`` intervals, ns."""
+    if len(starts) == 0:
+        return 0
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    run_end = np.maximum.accumulate(e)
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > run_end[:-1]
+    idx = np.flatnonzero(new)
+    seg_end = np.append(run_end[idx[1:] - 1], run_end[-1])
+    return int(np.sum(seg_end - s[idx]))
+
+
+def kernel_features(kernels: pa.Table) -> dict[str, float]:
+    """Rate, mean duration, micro share and active ratio of KERNEL_SPAN rows."""
+    if kernels.num_rows == 0:
+        return {}
+    s = kernels.column("start_ns").to_numpy().astype(np.int64)
+    e = kernels.column("end_ns").to_numpy().astype(np.int64)
+    d = kernels.column("duration_ns").to_numpy().astype(np.int64)
+    wall = int(e.max() - s.min())
+    out = {
+        "mean_kernel_ns": float(d.mean()),
+        "micro_kernel_share": float(np.mean(d < T.MICRO_KERNEL_NS)),
+    }
+    if wall > 0:
+        out["kernel_rate_hz"] = kernels.num_rows / (wall / 1e9)
+        out["active_ratio"] = _union_ns(s, e) / wall
+    return out
+
+
+def sched_features(sched: pa.Table) -> dict[str, float]:
+    """SII and involuntary switch rate per active thread from SCHED_SAMPLE rows."""
+    if sched.num_rows == 0:
+        return {}
+    wait, wall = active_totals(sched)
+    if not wall:
+        return {}
+    run = sched.column("run_ns").to_numpy()
+    rq = sched.column("runq_wait_ns").to_numpy()
+    active = (run + rq) > 0
+    inv = sched.column("involuntary_switches").to_numpy()[active]
+    return {"sii": wait / wall, "invol_switch_rate_hz": float(inv.sum()) / (wall / 1e9)}
+
+
+def gauge_features(gauges: pa.Table) -> dict[str, float]:
+    """GPU activity, throttle residency, power and clock signals from GAUGE_SAMPLE rows."""
+    if gauges.num_rows == 0:
+        return {}
+    metric = np.asarray(gauges.column("metric").to_pylist(), dtype=object)
+    val = gauges.column("value").to_numpy().astype(np.float64)
+
+    def get(name: str) -> np.ndarray:
+        return np.asarray(val[metric == name], dtype=np.float64)
+
+    out: dict[str, float] = {}
+    gfx, mem = get(GAUGE_GFX), get(GAUGE_MEM)
+    if len(gfx):
+        out["gfx_activity"] = float(gfx.mean())
+    if len(mem):
+        out["mem_activity"] = float(mem.mean())
+    if len(gfx) and len(mem) and gfx.mean() + mem.mean() > 0:
+        out["mem_share"] = float(mem.mean() / (gfx.mean() + mem.mean()))
+    thr = get(GAUGE_THROTTLE)
+    if len(thr):
+        out["throttle_residency"] = float(np.mean(thr != 0))
+    pw, lim = get(GAUGE_POWER), get(GAUGE_POWER_LIMIT)
+    if len(pw) and len(lim) and lim.max() > 0:
+        out["power_cap_ratio"] = float(pw.mean() / lim.max())
+    clk = get(GAUGE_CLOCK)
+    if len(clk) >= 2 and clk.mean() > 0:
+        out["clock_cv"] = float(clk.std() / clk.mean())
+    return out
+
+
+_RESULT_KEYS: Mapping[str, str] = {
+    "kar": "kar",
+    "launch_tax": "launch_tax",
+    "sii": "sii",
+    "gpu_active_ratio": "active_ratio",
+}
+
+
+def features_from_window(
+    kernels: pa.Table | None = None,
+    sched: pa.Table | None = None,
+    gauges: pa.Table | None = None,
+    result: Mapping[str, Any] | None = None,
+) -> Features:
+    """Features of one window.
+
+    ``kernels`` (KERNEL_SPAN), ``sched`` (SCHED_SAMPLE) and ``gauges``
+    (GAUGE_SAMPLE) are the window's rows; ``result`` is an ANALYTICS_RESULT
+    row (or ``derived_metrics.json``) whose ``kar``, ``launch_tax``, ``sii``
+    and ``gpu_active_ratio`` take precedence over values recomputed here.
+    Any argument may be ``None``.
+    """
+    vals: dict[str, float] = {}
+    if kernels is not None:
+        vals.update(kernel_features(kernels))
+    if sched is not None:
+        vals.update(sched_features(sched))
+    if gauges is not None:
+        vals.update(gauge_features(gauges))
+    for k, name in _RESULT_KEYS.items():
+        v = (result or {}).get(k)
+        if isinstance(v, int | float) and not math.isnan(float(v)):
+            vals[name] = float(v)
+    names = {f.name for f in fields(Features)}
+    return Features(**{k: v for k, v in vals.items() if k in names})
+
+
+def _read(path: Path) -> pa.Table | None:
+    return pq.read_table(path) if path.is_file() else None
+
+
+def features_from_bundle(path: Path) -> Features:
+    """Features of a whole session bundle directory.
+
+    Reads ``profiler/kernels.parquet``, ``telemetry/system_events.parquet``,
+    ``telemetry/gauges.parquet`` and ``metrics/derived_metrics.json``; each may
+    be absent. Raises ``FileNotFoundError`` if ``path`` is not a directory.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"not a session bundle directory: {path}")
+    dm = path / "metrics" / "derived_metrics.json"
+    derived = json.loads(dm.read_text()) if dm.is_file() else None
+    return features_from_window(
+        _read(path / "profiler" / "kernels.parquet"),
+        _read(path / "telemetry" / "system_events.parquet"),
+        _read(path / "telemetry" / "gauges.parquet"),
+        derived,
+    )
+
+
+def _num(v: Any) -> float | None:
+    try:
+        x = float(str(v).strip().split()[0])
+    except (ValueError, IndexError):
+        return None
+    return None if math.isnan(x) else x
+
+
+def features_from_smi_json(path: Path, card: str = "card0") -> Features:
+    """Features of one card from a ``rocm-smi --json`` snapshot.
+
+    Gfx/memory activity come from ``GPU use (%)`` and ``GPU Memory Read/Write
+    Activity (%)`` (or ``GPU memory use (%)``); when both are 0 the cumulative
+    ``GFX Activity``/``Memory Activity`` counters give ``mem_share``.
+    ``throttle_status`` != 0 gives residency 1.0 for the snapshot; power ratio
+    is current (``Current Socket``/``Average Graphics Package Power (W)``) over
+    ``Max Graphics Package Power (W)``. Raises ``KeyError`` if ``card`` is absent.
+    """
+    d: Mapping[str, Any] = json.loads(Path(path).read_text())[card]
+    first: Callable[[tuple[str, ...]], float | None] = lambda keys: next(  # noqa: E731
+        (x for x in (_num(d.get(k)) for k in keys) if x is not None), None
+    )
+    vals: dict[str, float] = {}
+    gfx = first(("GPU use (%)",))
+    mem = first(("GPU Memory Read/Write Activity (%)", "GPU memory use (%)"))
+    if gfx is not None:
+        vals["gfx_activity"] = gfx / 100
+    if mem is not None:
+        vals["mem_activity"] = mem / 100
+    if gfx is not None and mem is not None and gfx + mem > 0:
+        vals["mem_share"] = mem / (gfx + mem)
+    else:
+        g_acc, m_acc = first(("GFX Activity",)), first(("Memory Activity",))
+        if g_acc is not None and m_acc is not None and g_acc + m_acc > 0:
+            vals["mem_share"] = m_acc / (g_acc + m_acc)
+    thr = first(("throttle_status",))
+    if thr is not None:
+        vals["throttle_residency"] = 1.0 if thr != 0 else 0.0
+    pw = first(("Current Socket Graphics Package Power (W)", "Average Graphics Package Power (W)"))
+    cap = first(("Max Graphics Package Power (W)",))
+    if pw is not None and cap:
+        vals["power_cap_ratio"] = pw / cap
+    return Features(**vals)
