@@ -1,0 +1,286 @@
+"""Streaming, validating CSV reader shared by every rocprof CSV format.
+
+:class:`CsvStream` reads a CSV with :func:`pyarrow.csv.open_csv` (explicit
+column types, ``block_size`` bytes per batch, single-threaded so that
+malformed lines keep their line numbers) and yields record batches whose
+columns are renamed to output names. Memory is bounded by ``block_size``,
+not by file size.
+
+Fast path: numeric columns are converted by the CSV reader itself. If a
+block holds a non-numeric value the reader is restarted in *safe mode*
+(numeric columns read as strings, validated with a regex, bad rows dropped
+as ``not_numeric``), skipping the rows already yielded. Lines with the wrong
+field count are dropped as ``column_count`` (``truncated`` for a last line
+without a trailing newline). A required column absent from the header drops
+the whole file as ``missing_column``.
+
+Assumes no newlines inside quoted fields (rocprof never writes them); such a
+file still parses, but reported line numbers are then approximate.
+"""
+
+from __future__ import annotations
+
+import bisect
+import csv
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pcsv
+
+from collectors.rocprof.rejects import MAX_EXAMPLES, Rejects
+
+Kind = Literal["int", "float_int", "agent", "name", "str"]
+"""``int``: int64; ``float_int``: decimal or exponent text -> int64 (rounded);
+``agent``: ``"Agent 4"`` or ``4`` -> 4; ``name``: dictionary string;
+``str``: plain string."""
+
+DEFAULT_BLOCK = 1 << 22
+_INT_RX = r"^\s*[-+]?\d+\s*$"
+_FLOAT_RX = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"
+_DICT = pa.dictionary(pa.int32(), pa.string())
+
+
+@dataclass(frozen=True)
+class Column:
+    """Output column ``out`` read from the first present header of ``csv``."""
+
+    out: str
+    csv: tuple[str, ...]
+    kind: Kind
+    required: bool = False
+
+
+class MissingColumn(Exception):
+    """A required column is absent from the header (whole file rejected)."""
+
+
+def read_header(data: bytes) -> list[str]:
+    """Field names of the first line of ``data`` (csv quoting rules)."""
+    first = data.split(b"\n", 1)[0].rstrip(b"\r").decode("utf-8", "replace")
+    return next(csv.reader([first]), [])
+
+
+def resolve(header: Sequence[str], columns: Sequence[Column]) -> dict[str, Column]:
+    """Map csv header name -> :class:`Column` for the columns present.
+
+    Raises :class:`MissingColumn` naming the first required column absent."""
+    present: dict[str, Column] = {}
+    have = set(header)
+    for col in columns:
+        name = next((c for c in col.csv if c in have), None)
+        if name is None:
+            if col.required:
+                raise MissingColumn(f"required column {' or '.join(col.csv)!r} not in header")
+            continue
+        present[name] = col
+    return present
+
+
+def _agent_to_int(arr: pa.Array) -> pa.Array:
+    """``"Agent 4"``/``"4"`` (dictionary or string) -> int64; others -> null."""
+    if not pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_encode()
+    vals = []
+    for v in arr.dictionary.to_pylist():
+        digits = "".join(ch for ch in (v or "").rsplit(" ", 1)[-1] if ch.isdigit())
+        vals.append(int(digits) if digits else None)
+    mapped = pa.array(vals, pa.int64())
+    return mapped.take(arr.indices)
+
+
+class CsvStream:
+    """Iterate validated batches of one CSV source.
+
+    ``name`` is the display name used in reject messages; ``line_base`` is
+    added to every line number (for a chunk read from the middle of a file
+    with its header prepended, ``line_base`` = file line of the chunk's first
+    data line minus 2). Each yielded batch has the output columns plus
+    ``_row`` (int64 global data-row index, for :meth:`line_of`).
+    """
+
+    def __init__(
+        self,
+        data: Path | bytes,
+        columns: Sequence[Column],
+        rejects: Rejects,
+        *,
+        name: str | None = None,
+        block_size: int = DEFAULT_BLOCK,
+        line_base: int = 0,
+    ) -> None:
+        self.data = data
+        self.columns = columns
+        self.rejects = rejects
+        self.name = name or (str(data) if isinstance(data, Path) else "<bytes>")
+        self.block_size = block_size
+        self.line_base = line_base
+        self._skipped: list[int] = []  # sorted physical line numbers dropped by the parser
+        self._skipped_set: set[int] = set()
+        self._ends_nl = True
+        self._last_line = b""
+
+    # -- line numbers -------------------------------------------------
+    def line_of(self, row: int) -> int:
+        """File line number (1-based, header = line 1) of data row ``row``."""
+        line = row + 2
+        i = 0
+        while i < len(self._skipped) and self._skipped[i] <= line:
+            line += 1
+            i += 1
+        return line + self.line_base
+
+    def _open(self) -> pa.NativeFile:
+        if isinstance(self.data, Path):
+            return pa.OSFile(str(self.data), "rb")
+        return pa.BufferReader(self.data)
+
+    def _head(self) -> bytes:
+        with self._open() as f:
+            head = f.read(1 << 20)
+            size = f.size()
+            if size > 0:
+                tail_at = max(0, size - (1 << 16))
+                f.seek(tail_at)
+                tail = bytes(f.read(size - tail_at))
+                self._ends_nl = tail.endswith(b"\n")
+                if not self._ends_nl:
+                    self._last_line = tail.rsplit(b"\n", 1)[-1].rstrip(b"\r")
+        return bytes(head)
+
+    def _on_invalid(self, row: pcsv.InvalidRow) -> str:
+        line = int(row.number) if row.number is not None else 0
+        if line in self._skipped_set:
+            return "skip"
+        self._skipped_set.add(line)
+        bisect.insort(self._skipped, line)
+        last = not self._ends_nl and row.text.encode() == self._last_line
+        short = row.actual_columns < row.expected_columns
+        reason = "truncated" if last and short else "column_count"
+        self.rejects.add(
+            reason,
+            self.name,
+            line + self.line_base,
+            f"{row.actual_columns} fields, expected {row.expected_columns}",
+        )
+        return "skip"
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """Yield validated batches (output names + ``_row``); see the class doc."""
+        head = self._head()
+        header = read_header(head)
+        try:
+            present = resolve(header, self.columns)
+        except MissingColumn as e:
+            self.rejects.add("missing_column", self.name, 1, str(e))
+            return
+        done = 0
+        safe = False
+        while True:
+            try:
+                for batch in self._read(header, present, safe=safe, skip_rows=done):
+                    done += batch.num_rows if not safe else 0
+                    yield batch
+                return
+            except pa.ArrowInvalid as e:
+                if safe:
+                    self.rejects.add("not_numeric", self.name, None, f"unparseable block: {e}")
+                    return
+                safe = True
+
+    def _read(
+        self, header: list[str], present: dict[str, Column], *, safe: bool, skip_rows: int
+    ) -> Iterator[pa.RecordBatch]:
+        types: dict[str, pa.DataType] = {}
+        for csv_name, col in present.items():
+            if col.kind in ("agent", "name"):
+                types[csv_name] = _DICT
+            elif col.kind == "str" or safe:
+                types[csv_name] = pa.string()
+            elif col.kind == "int":
+                types[csv_name] = pa.int64()
+            else:
+                types[csv_name] = pa.float64()
+        # duplicate header names confuse include_columns; dedupe by suffix
+        names = [h if header.index(h) == i else f"{h}__{i}" for i, h in enumerate(header)]
+        reader = pcsv.open_csv(
+            self._open(),
+            read_options=pcsv.ReadOptions(
+                column_names=names, skip_rows=1, block_size=self.block_size, use_threads=False
+            ),
+            parse_options=pcsv.ParseOptions(invalid_row_handler=self._on_invalid),
+            convert_options=pcsv.ConvertOptions(
+                column_types=types,
+                include_columns=list(present),
+                strings_can_be_null=True,
+                quoted_strings_can_be_null=False,
+            ),
+        )
+        row0 = 0
+        for raw in reader:
+            n = raw.num_rows
+            start = row0
+            row0 += n
+            if row0 <= skip_rows:
+                continue
+            if start < skip_rows:
+                raw = raw.slice(skip_rows - start)
+                start = skip_rows
+            yield self._convert(raw, present, start, safe)
+
+    def _convert(
+        self, raw: pa.RecordBatch, present: dict[str, Column], start: int, safe: bool
+    ) -> pa.RecordBatch:
+        n = raw.num_rows
+        rows = pa.array(np.arange(start, start + n, dtype=np.int64))
+        keep: pa.Array | None = None
+        out: dict[str, pa.Array] = {}
+        for csv_name, col in present.items():
+            arr = raw.column(csv_name)
+            if col.kind == "agent":
+                arr = _agent_to_int(arr)
+            elif col.kind in ("int", "float_int") and safe:
+                rx = _INT_RX if col.kind == "int" else _FLOAT_RX
+                ok = pc.or_kleene(pc.is_null(arr), pc.match_substring_regex(arr, rx))
+                if not pc.all(ok).as_py():
+                    bad = pc.invert(ok)
+                    self._report(bad, rows, "not_numeric", col, arr)
+                    keep = bad if keep is None else pc.or_(keep, bad)
+                    arr = pc.if_else(ok, arr, pa.scalar(None, pa.string()))
+                arr = pc.utf8_trim_whitespace(arr)
+                arr = pc.cast(arr, pa.int64() if col.kind == "int" else pa.float64())
+            if col.kind == "float_int":
+                arr = pc.cast(pc.round(arr), pa.int64())
+            out[col.out] = arr
+        out["_row"] = rows
+        batch = pa.RecordBatch.from_pydict(out)
+        if keep is not None:
+            batch = batch.filter(pc.invert(keep))
+        return batch
+
+    def _report(
+        self, bad: pa.Array, rows: pa.Array, reason: str, col: Column, arr: pa.Array
+    ) -> None:
+        idx = pc.indices_nonzero(bad).to_pylist()
+        for i in idx[:MAX_EXAMPLES]:
+            self.rejects.add(
+                reason,
+                self.name,
+                self.line_of(rows[i].as_py()),
+                f"column {col.csv[0]!r} value {arr[i].as_py()!r}",
+            )
+        self.rejects.count(reason, len(idx) - min(len(idx), MAX_EXAMPLES))
+
+
+def bytes_source(header_line: bytes, body: bytes) -> bytes:
+    """Concatenate a header line and a body chunk (for follow mode)."""
+    if not header_line.endswith(b"\n"):
+        header_line += b"\n"
+    return header_line + body
+
+
+__all__ = ["Column", "CsvStream", "MissingColumn", "bytes_source", "read_header", "resolve"]
