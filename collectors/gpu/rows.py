@@ -1,0 +1,224 @@
+"""Shared building blocks of the ``gpu`` parsers: metric names, units, rows.
+
+Every parser turns one tool's output into a list of :class:`Row` and then a
+``gauge_sample`` table with :func:`to_table`. Values are already in base units
+(W, Cel, Hz, By, ratio 0-1, J, s); a value the tool reports as missing
+(``"N/A"``, ``"N/A (Secondary die)"``, ``""``, ``null``) is omitted, never 0.
+
+>>> parse_number("(800Mhz)")
+800.0
+>>> parse_number("N/A (Secondary die)") is None
+True
+>>> scale("MHz")
+1000000.0
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from exporter import schema
+
+# --- metric names (OpenTelemetry hw.gpu.* style; see docs/gpu-gauges.md) -----
+UTILIZATION = "hw.gpu.utilization"  # unit 1, attr hw.gpu.task=general|memory|media
+MEMORY_USAGE = "hw.gpu.memory.usage"  # By
+MEMORY_LIMIT = "hw.gpu.memory.limit"  # By
+POWER = "hw.gpu.power"  # W, attr sensor=average|socket
+POWER_LIMIT = "hw.gpu.power.limit"  # W (power cap)
+ENERGY = "hw.gpu.energy"  # J, counter
+TEMPERATURE = "hw.gpu.temperature"  # Cel, attr sensor=edge|junction|memory|hbm_N
+CLOCK = "hw.gpu.clock"  # Hz, attr clock=sclk|mclk|fclk|socclk|vclk|dclk
+PCIE_REPLAYS = "hw.gpu.pcie.replays"  # 1, counter
+ECC_ERRORS = "hw.gpu.ecc.errors"  # 1, counter, attr type=correctable|uncorrectable|deferred
+THROTTLE_STATUS = "hw.gpu.throttle.status"  # 1, raw bitmask as reported
+THROTTLED = "hw.gpu.throttled"  # 1 (0 or 1), attr reason (bounded, see throttle.py)
+VIOLATION_TICKS = "hw.gpu.throttle.residency"  # 1, counter, attr reason (firmware ticks)
+VIOLATION_SAMPLES = "hw.gpu.throttle.samples"  # 1, counter (firmware accumulation ticks)
+VIOLATION_RATIO = "hw.gpu.throttle.ratio"  # 1, residency share over the interval
+
+GAUGE = "gauge"
+COUNTER = "counter"
+
+_NUM = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+_SCALE: Mapping[str, float] = {
+    "%": 0.01,
+    "W": 1.0,
+    "mW": 1e-3,
+    "uW": 1e-6,
+    "µW": 1e-6,
+    "C": 1.0,
+    "°C": 1.0,
+    "Cel": 1.0,
+    "mC": 1e-3,
+    "Hz": 1.0,
+    "KHz": 1e3,
+    "kHz": 1e3,
+    "MHz": 1e6,
+    "Mhz": 1e6,
+    "GHz": 1e9,
+    "B": 1.0,
+    "KB": 1024.0,
+    "MB": 1024.0**2,  # amd-smi prints MiB (bytes // 2**20) labelled "MB"
+    "GB": 1024.0**3,
+    "J": 1.0,
+    "mJ": 1e-3,
+    "uJ": 1e-6,
+    "µJ": 1e-6,
+    "s": 1.0,
+    "ms": 1e-3,
+    "us": 1e-6,
+    "ns": 1e-9,
+    "": 1.0,
+}
+
+
+def scale(unit: str) -> float:
+    """Factor that turns a value in ``unit`` (as tools print it) into base units.
+
+    Raises ``KeyError`` naming the unit when it is not known.
+    """
+    try:
+        return _SCALE[unit.strip()]
+    except KeyError:
+        raise KeyError(f"unknown unit {unit!r}") from None
+
+
+def is_missing(value: object) -> bool:
+    """True for the tools' spellings of "no reading": None, "", "N/A...", "NA"."""
+    if value is None:
+        return True
+    if isinstance(value, str):
+        v = value.strip().upper()
+        return v == "" or v.startswith("N/A") or v in {"NA", "NONE", "UNSUPPORTED"}
+    return False
+
+
+def parse_number(value: object) -> float | None:
+    """The first number in ``value`` (int, float, or text like ``"(800Mhz)"``).
+
+    Returns ``None`` for a missing reading (see :func:`is_missing`); raises
+    ``ValueError`` for text that holds no number at all.
+
+    >>> parse_number("3 (2.5GT/s x8)")
+    3.0
+    >>> parse_number(91)
+    91.0
+    """
+    if is_missing(value):
+        return None
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        m = _NUM.search(value)
+        if m is None:
+            raise ValueError(f"not a number: {value!r}")
+        return float(m.group(0))
+    raise ValueError(f"not a number: {value!r}")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One GAUGE_SAMPLE row before conversion to Arrow (value in base units)."""
+
+    metric: str
+    value: float
+    unit: str
+    gpu_index: int | None
+    gpu_uuid: str | None = None
+    kind: str = GAUGE
+    attributes: tuple[tuple[str, str], ...] = ()
+
+    def attr(self, key: str) -> str | None:
+        """The value of attribute ``key``, or ``None``."""
+        return dict(self.attributes).get(key)
+
+
+@dataclass
+class ParseResult:
+    """What a parser returns: rows plus the fields it had to drop.
+
+    ``drops`` counts dropped fields or documents by a bounded reason token
+    (``bad_value``, ``bad_unit``, ``bad_json``, ``bad_shape``...);
+    ``errors`` holds one ``(reason, message)`` per drop, the message naming
+    the field or file.
+    """
+
+    rows: list[Row] = field(default_factory=list)
+    drops: collections.Counter[str] = field(default_factory=collections.Counter)
+    errors: list[tuple[str, str]] = field(default_factory=list)
+
+    def drop(self, reason: str, message: str) -> None:
+        """Count one drop under ``reason`` and keep its message."""
+        self.drops[reason] += 1
+        self.errors.append((reason, message))
+
+    def extend(self, other: ParseResult) -> None:
+        """Append ``other``'s rows, drops and errors to this result."""
+        self.rows.extend(other.rows)
+        self.drops.update(other.drops)
+        self.errors.extend(other.errors)
+
+
+class ParseError(ValueError):
+    """A whole document cannot be used; ``reason`` is a bounded drop token."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass
+class Device:
+    """Resource attributes of one GPU: index, stable id, and bounded labels."""
+
+    index: int | None
+    uuid: str | None = None
+    attrs: dict[str, str] = field(default_factory=dict)
+
+    def row(
+        self,
+        metric: str,
+        value: float,
+        unit: str,
+        kind: str = GAUGE,
+        **attrs: str,
+    ) -> Row:
+        """A :class:`Row` of this device; ``attrs`` keys may use ``__`` for ``.``."""
+        merged = dict(self.attrs)
+        merged.update({k.replace("__", "."): v for k, v in attrs.items()})
+        return Row(metric, value, unit, self.index, self.uuid, kind, tuple(sorted(merged.items())))
+
+
+def to_table(rows: list[Row], *, ts_ns: int, source: str) -> pa.RecordBatch:
+    """Rows as one ``gauge_sample`` record batch (schema-conformant)."""
+    cols: dict[str, list[object]] = {
+        "ts_ns": [ts_ns] * len(rows),
+        "metric": [r.metric for r in rows],
+        "value": [float(r.value) for r in rows],
+        "kind": [r.kind for r in rows],
+        "unit": [r.unit for r in rows],
+        "source": [source] * len(rows),
+        "gpu_index": [r.gpu_index for r in rows],
+        "gpu_uuid": [r.gpu_uuid for r in rows],
+        "attributes": [list(r.attributes) for r in rows],
+    }
+    arrays = {
+        "ts_ns": pa.array(cols["ts_ns"], pa.int64()),
+        "metric": pa.array(cols["metric"], pa.string()),
+        "value": pa.array(cols["value"], pa.float64()),
+        "kind": pa.array(cols["kind"], pa.string()),
+        "unit": pa.array(cols["unit"], pa.string()),
+        "source": pa.array(cols["source"], pa.string()),
+        "gpu_index": pa.array(cols["gpu_index"], pa.int64()),
+        "gpu_uuid": pa.array(cols["gpu_uuid"], pa.string()),
+        "attributes": pa.array(cols["attributes"], pa.map_(pa.string(), pa.string())),
+    }
+    return schema.conform("gauge_sample", pa.table(arrays))
