@@ -190,7 +190,11 @@ def record(
     name = model_path.stem
     inp = g.input[0]
     shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
-    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    rng = np.random.default_rng(1)
+    if inp.type.tensor_type.elem_type == onnx.TensorProto.INT32:
+        x = rng.integers(0, 256, shape).astype(np.int32)
+    else:
+        x = rng.standard_normal(shape).astype(np.float32)
     with tempfile.TemporaryDirectory() as td:
         sess = _session(model_path, profile, str(Path(td) / "ort"))
         for _ in range(warmup):

@@ -1,0 +1,618 @@
+"""Drift detection per metric stream, river style.
+
+Four detectors share one interface: ``update(x)``, ``drift_detected``,
+``to_dict()`` / ``from_dict()``; hyperparameters are stored verbatim as
+attributes. Each first spends ``grace_period`` samples estimating a robust
+baseline (median, sigma = 1.4826 x MAD), then tests standardised samples
+``z = (x - median) / sigma`` clipped to ``+-clip`` (one outlier cannot fire
+a chart). After a detection the detector re-learns its baseline.
+
+* :class:`EWMAChart` - EWMA control chart (Roberts 1959; limits of Lucas &
+  Saccucci 1990, time-varying).
+* :class:`CUSUM` - tabular two-sided CUSUM (Page 1954; Montgomery,
+  *Introduction to Statistical Quality Control*, 6.2), reference ``k``,
+  decision interval ``h``, both in sigmas.
+* :class:`PageHinkley` / :class:`ADWIN` - river's ``river.drift`` detectors
+  fed with the same standardised samples (state serialised by pickle).
+
+:class:`DriftMonitor` keeps one detector set per ``(stream, key)`` for the
+bounded streams of :data:`STREAMS` and counts drift events with the time of
+the last change point.
+
+>>> import random
+>>> rng = random.Random(7)
+>>> det = CUSUM(k=0.5, h=8.0, grace_period=50)
+>>> xs = [rng.gauss(10, 1) for _ in range(300)] + [rng.gauss(12, 1) for _ in range(100)]
+>>> hits = [i for i, x in enumerate(xs) if det.update(x) or det.drift_detected]
+>>> 300 <= hits[0] < 330
+True
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import pickle
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from stream_analytics import thresholds as T
+
+STREAMS: frozenset[str] = frozenset(
+    {"latency", "kar", "lts", "sii", "family_duration", "gpu_power", "gpu_clock"}
+)
+"""Allowed stream names. Keys: model (latency, kar, lts, sii), kernel family
+(family_duration) or GPU index (gpu_power, gpu_clock); never a raw kernel name."""
+
+
+class Detector(Protocol):
+    """What :class:`DriftMonitor` needs from a detector."""
+
+    @property
+    def drift_detected(self) -> bool: ...
+
+    def update(self, x: float) -> None: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+class _RobustStandardizer:
+    """Grace-period median/MAD baseline, then clipped z-scores."""
+
+    def __init__(self, grace_period: int, clip: float) -> None:
+        self.grace_period = grace_period
+        self.clip = clip
+        self._buf: list[float] = []
+        self.center: float | None = None
+        self.scale: float | None = None
+
+    def push(self, x: float) -> float | None:
+        """Standardised ``x`` or ``None`` while still in the grace period."""
+        if self.center is None or self.scale is None:
+            self._buf.append(float(x))
+            if len(self._buf) >= self.grace_period:
+                a = np.asarray(self._buf)
+                med = float(np.median(a))
+                mad = 1.4826 * float(np.median(np.abs(a - med)))
+                # floor: 0.1% of the level (or 1e-12) so constant streams stay finite
+                self.center, self.scale = med, max(mad, abs(med) * 1e-3, 1e-12)
+                self._buf = []
+            return None
+        z = (float(x) - self.center) / self.scale
+        return max(-self.clip, min(self.clip, z))
+
+    def state(self) -> dict[str, Any]:
+        return {"buf": list(self._buf), "center": self.center, "scale": self.scale}
+
+    def load(self, s: Mapping[str, Any]) -> None:
+        self._buf = [float(v) for v in s["buf"]]
+        self.center, self.scale = s["center"], s["scale"]
+
+
+class EWMAChart:
+    """EWMA control chart on robustly standardised samples.
+
+    ``Z_t = (1 - lambda_) Z_{t-1} + lambda_ z_t``; drift when
+    ``|Z_t| > L sqrt(lambda_ / (2 - lambda_) (1 - (1 - lambda_)^(2t)))``
+    (``mode="up"``/``"down"``: one side only). Units: ``L`` in sigmas.
+
+    >>> det = EWMAChart(lambda_=0.2, L=3.0, grace_period=20)
+    >>> for x in [1.0, 1.1, 0.9, 1.05, 0.95] * 4 + [1.0] * 10:
+    ...     det.update(x)
+    >>> det.drift_detected
+    False
+    >>> for x in [3.0] * 5:
+    ...     det.update(x)
+    >>> det.n_detections
+    1
+    """
+
+    kind = "ewma"
+
+    def __init__(
+        self,
+        lambda_: float = 0.05,
+        L: float = 4.5,
+        grace_period: int = T.DRIFT_GRACE_PERIOD,
+        clip: float = T.DRIFT_CLIP_SIGMA,
+        mode: str = "both",
+    ) -> None:
+        if not 0 < lambda_ <= 1 or L <= 0 or grace_period < 2 or mode not in ("both", "up", "down"):
+            raise ValueError("EWMAChart: need 0<lambda_<=1, L>0, grace_period>=2, valid mode")
+        self.lambda_ = lambda_
+        self.L = L
+        self.grace_period = grace_period
+        self.clip = clip
+        self.mode = mode
+        self.n_detections = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self._std = _RobustStandardizer(self.grace_period, self.clip)
+        self.statistic = 0.0
+        self._t = 0
+        self._drift = False
+
+    @property
+    def drift_detected(self) -> bool:
+        """True right after the sample that crossed the control limit."""
+        return self._drift
+
+    def update(self, x: float) -> None:
+        """Add one sample (any unit; the chart is scale-free)."""
+        if self._drift:
+            self._reset()
+        z = self._std.push(x)
+        if z is None:
+            return
+        lam = self.lambda_
+        self._t += 1
+        self.statistic = (1 - lam) * self.statistic + lam * z
+        limit = self.L * math.sqrt(lam / (2 - lam) * (1 - (1 - lam) ** (2 * self._t)))
+        s = self.statistic
+        up, down = s > limit, s < -limit
+        hit = (up or down) if self.mode == "both" else (up if self.mode == "up" else down)
+        if hit:
+            self._drift = True
+            self.n_detections += 1
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able state, including hyperparameters."""
+        return {
+            "kind": self.kind,
+            "params": {"lambda_": self.lambda_, "L": self.L, "grace_period": self.grace_period,
+                       "clip": self.clip, "mode": self.mode},
+            "state": {"std": self._std.state(), "statistic": self.statistic, "t": self._t,
+                      "drift": self._drift, "n_detections": self.n_detections},
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> EWMAChart:
+        """Inverse of :meth:`to_dict`."""
+        o = cls(**d["params"])
+        s = d["state"]
+        o._std.load(s["std"])
+        o.statistic, o._t, o._drift = float(s["statistic"]), int(s["t"]), bool(s["drift"])
+        o.n_detections = int(s["n_detections"])
+        return o
+
+
+class CUSUM:
+    """Tabular two-sided CUSUM on robustly standardised samples.
+
+    ``S+ = max(0, S+ + z - k)``, ``S- = max(0, S- - z - k)``; drift when
+    either exceeds ``h``. ``k`` is half the shift (in sigmas) to detect fastest.
+
+    >>> det = CUSUM(k=0.5, h=4.0, grace_period=10)
+    >>> for x in [5.0, 5.2, 4.8, 5.1, 4.9] * 2 + [5.0] * 20:
+    ...     det.update(x)
+    >>> det.drift_detected
+    False
+    >>> for x in [6.0] * 5:
+    ...     det.update(x)
+    >>> det.n_detections
+    1
+    """
+
+    kind = "cusum"
+
+    def __init__(
+        self,
+        k: float = 0.5,
+        h: float = 12.0,
+        grace_period: int = T.DRIFT_GRACE_PERIOD,
+        clip: float = T.DRIFT_CLIP_SIGMA,
+        mode: str = "both",
+    ) -> None:
+        if k < 0 or h <= 0 or grace_period < 2 or mode not in ("both", "up", "down"):
+            raise ValueError("CUSUM: need k>=0, h>0, grace_period>=2, valid mode")
+        self.k = k
+        self.h = h
+        self.grace_period = grace_period
+        self.clip = clip
+        self.mode = mode
+        self.n_detections = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self._std = _RobustStandardizer(self.grace_period, self.clip)
+        self.s_hi = 0.0
+        self.s_lo = 0.0
+        self._drift = False
+
+    @property
+    def drift_detected(self) -> bool:
+        """True right after the sample that crossed ``h``."""
+        return self._drift
+
+    def update(self, x: float) -> None:
+        """Add one sample (any unit)."""
+        if self._drift:
+            self._reset()
+        z = self._std.push(x)
+        if z is None:
+            return
+        self.s_hi = max(0.0, self.s_hi + z - self.k)
+        self.s_lo = max(0.0, self.s_lo - z - self.k)
+        up, down = self.s_hi > self.h, self.s_lo > self.h
+        hit = (up or down) if self.mode == "both" else (up if self.mode == "up" else down)
+        if hit:
+            self._drift = True
+            self.n_detections += 1
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able state, including hyperparameters."""
+        return {
+            "kind": self.kind,
+            "params": {"k": self.k, "h": self.h, "grace_period": self.grace_period,
+                       "clip": self.clip, "mode": self.mode},
+            "state": {"std": self._std.state(), "s_hi": self.s_hi, "s_lo": self.s_lo,
+                      "drift": self._drift, "n_detections": self.n_detections},
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> CUSUM:
+        """Inverse of :meth:`to_dict`."""
+        o = cls(**d["params"])
+        s = d["state"]
+        o._std.load(s["std"])
+        o.s_hi, o.s_lo, o._drift = float(s["s_hi"]), float(s["s_lo"]), bool(s["drift"])
+        o.n_detections = int(s["n_detections"])
+        return o
+
+
+class _RiverWrapped:
+    """A ``river.drift`` detector fed with robust z-scores; pickled state."""
+
+    kind = "river"
+
+    def __init__(self, grace_period: int, clip: float, **params: Any) -> None:
+        self.grace_period = grace_period
+        self.clip = clip
+        self.params = dict(params)
+        self.n_detections = 0
+        self._reset()
+
+    def _make(self) -> Any:
+        raise NotImplementedError
+
+    def _reset(self) -> None:
+        self._std = _RobustStandardizer(self.grace_period, self.clip)
+        self.detector = self._make()
+        self._drift = False
+
+    @property
+    def drift_detected(self) -> bool:
+        """True right after the sample on which the river detector fired."""
+        return self._drift
+
+    def update(self, x: float) -> None:
+        """Add one sample (any unit)."""
+        if self._drift:
+            self._reset()
+        z = self._std.push(x)
+        if z is None:
+            return
+        self.detector.update(z)
+        if self.detector.drift_detected:
+            self._drift = True
+            self.n_detections += 1
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able state; the river object travels as base64 pickle."""
+        blob = base64.b64encode(pickle.dumps(self.detector)).decode("ascii")
+        return {
+            "kind": self.kind,
+            "params": {"grace_period": self.grace_period, "clip": self.clip, **self.params},
+            "state": {"std": self._std.state(), "river": blob, "drift": self._drift,
+                      "n_detections": self.n_detections},
+        }  # fmt: skip
+
+    def _load(self, s: Mapping[str, Any]) -> None:
+        self._std.load(s["std"])
+        self.detector = pickle.loads(base64.b64decode(s["river"]))
+        self._drift = bool(s["drift"])
+        self.n_detections = int(s["n_detections"])
+
+
+class PageHinkley(_RiverWrapped):
+    """``river.drift.PageHinkley`` on robust z-scores (threshold in sigmas).
+
+    >>> det = PageHinkley(grace_period=20, threshold=10.0)
+    >>> for x in [1.0, 1.1, 0.9, 1.0] * 30 + [2.0] * 30:
+    ...     det.update(x)
+    >>> det.n_detections >= 1
+    True
+    """
+
+    kind = "page_hinkley"
+
+    def __init__(
+        self,
+        grace_period: int = T.DRIFT_GRACE_PERIOD,
+        clip: float = T.DRIFT_CLIP_SIGMA,
+        min_instances: int = 30,
+        delta: float = 0.5,
+        threshold: float = 25.0,
+        alpha: float = 0.9999,
+        mode: str = "both",
+    ) -> None:
+        self.min_instances = min_instances
+        self.delta = delta
+        self.threshold = threshold
+        self.alpha = alpha
+        self.mode = mode
+        super().__init__(grace_period, clip, min_instances=min_instances, delta=delta,
+                         threshold=threshold, alpha=alpha, mode=mode)  # fmt: skip
+
+    def _make(self) -> Any:
+        from river.drift import PageHinkley as _PH
+
+        return _PH(**self.params)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> PageHinkley:
+        """Inverse of :meth:`to_dict`."""
+        o = cls(**d["params"])
+        o._load(d["state"])
+        return o
+
+
+class ADWIN(_RiverWrapped):
+    """``river.drift.ADWIN`` on robust z-scores.
+
+    >>> det = ADWIN(grace_period=20, delta=0.002)
+    >>> for x in [1.0, 1.1, 0.9, 1.0] * 50 + [2.0] * 100:
+    ...     det.update(x)
+    >>> det.n_detections >= 1
+    True
+    """
+
+    kind = "adwin"
+
+    def __init__(
+        self,
+        grace_period: int = T.DRIFT_GRACE_PERIOD,
+        clip: float = T.DRIFT_CLIP_SIGMA,
+        delta: float = 1e-5,
+        clock: int = 32,
+        max_buckets: int = 5,
+        min_window_length: int = 5,
+    ) -> None:
+        self.delta = delta
+        self.clock = clock
+        self.max_buckets = max_buckets
+        self.min_window_length = min_window_length
+        super().__init__(grace_period, clip, delta=delta, clock=clock, max_buckets=max_buckets,
+                         min_window_length=min_window_length)  # fmt: skip
+
+    def _make(self) -> Any:
+        from river.drift import ADWIN as _ADWIN
+
+        return _ADWIN(grace_period=10, **self.params)  # type: ignore[no-untyped-call]
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ADWIN:
+        """Inverse of :meth:`to_dict`."""
+        o = cls(**d["params"])
+        o._load(d["state"])
+        return o
+
+
+DETECTOR_TYPES: Mapping[str, Callable[..., Any]] = {
+    "ewma": EWMAChart,
+    "cusum": CUSUM,
+    "page_hinkley": PageHinkley,
+    "adwin": ADWIN,
+}
+"""``kind`` -> class (each has ``from_dict``)."""
+
+
+def detector_from_dict(d: Mapping[str, Any]) -> Detector:
+    """Rebuild any detector from its :meth:`to_dict` output. ``KeyError`` on unknown kind."""
+    cls: Any = DETECTOR_TYPES[d["kind"]]
+    det: Detector = cls.from_dict(d)
+    return det
+
+
+DEFAULT_DETECTORS: Mapping[str, Mapping[str, Any]] = {
+    "ewma": {"kind": "ewma", "params": {}},
+    "cusum": {"kind": "cusum", "params": {}},
+    "page_hinkley": {"kind": "page_hinkley", "params": {}},
+    "adwin": {"kind": "adwin", "params": {}},
+}
+"""Detector set per stream: name -> ``{"kind", "params"}`` (defaults of each class)."""
+
+
+@dataclass
+class DriftEvent:
+    """One detection: which detector on which stream, at ``ts_ns``, on value ``value``."""
+
+    stream: str
+    key: str
+    detector: str
+    ts_ns: int
+    value: float
+
+
+@dataclass
+class _Slot:
+    detectors: dict[str, Detector]
+    drift_count: dict[str, int]
+    last_change_ns: dict[str, int | None]
+    n: int = 0
+
+
+class DriftMonitor:
+    """One detector set per ``(stream, key)``; JSON-serialisable.
+
+    ``max_keys_per_stream`` bounds memory and label cardinality; updates for
+    further keys are counted in :attr:`dropped` and ignored.
+
+    >>> m = DriftMonitor(detectors={"c": {"kind": "cusum", "params": {"grace_period": 10}}})
+    >>> evs = [m.update("latency", "resnet", 1.0 + 0.01 * (i % 3), ts_ns=i) for i in range(40)]
+    >>> evs = [e for i in range(40, 60) for e in m.update("latency", "resnet", 2.0, ts_ns=i)]
+    >>> [(e.detector, e.ts_ns) for e in evs][:1]
+    [('c', 43)]
+    >>> m2 = DriftMonitor.from_bytes(m.to_bytes())
+    >>> m2.status()[0]["drift_count"] == m.status()[0]["drift_count"] >= 1
+    True
+    """
+
+    def __init__(
+        self,
+        detectors: Mapping[str, Mapping[str, Any]] | None = None,
+        max_keys_per_stream: int = 256,
+    ) -> None:
+        self.detectors = {k: dict(v) for k, v in (detectors or DEFAULT_DETECTORS).items()}
+        self.max_keys_per_stream = max_keys_per_stream
+        self.dropped = 0
+        self._slots: dict[tuple[str, str], _Slot] = {}
+        self._family_prev: dict[tuple[str, str], tuple[int, int]] = {}
+
+    def _new_slot(self) -> _Slot:
+        dets = {
+            name: detector_from_dict({"kind": spec["kind"], **_fresh(spec)})
+            for name, spec in self.detectors.items()
+        }
+        return _Slot(dets, dict.fromkeys(dets, 0), dict.fromkeys(dets))
+
+    def update(self, stream: str, key: str, x: float, ts_ns: int) -> list[DriftEvent]:
+        """Feed one value of ``stream`` for ``key``; returns the detections it caused.
+
+        Raises ``ValueError`` for a stream outside :data:`STREAMS`. Non-finite
+        values are ignored.
+        """
+        if stream not in STREAMS:
+            raise ValueError(f"unknown drift stream {stream!r}; allowed: {sorted(STREAMS)}")
+        if not math.isfinite(x):
+            return []
+        sk = (stream, key)
+        slot = self._slots.get(sk)
+        if slot is None:
+            if sum(1 for s, _ in self._slots if s == stream) >= self.max_keys_per_stream:
+                self.dropped += 1
+                return []
+            slot = self._slots[sk] = self._new_slot()
+        slot.n += 1
+        out: list[DriftEvent] = []
+        for name, det in slot.detectors.items():
+            det.update(x)
+            if det.drift_detected:
+                slot.drift_count[name] += 1
+                slot.last_change_ns[name] = ts_ns
+                out.append(DriftEvent(stream, key, name, ts_ns, x))
+        return out
+
+    def update_result(self, row: Mapping[str, Any]) -> list[DriftEvent]:
+        """Feed one ANALYTICS_RESULT row (dict): latency, KAR, LTS, SII, families.
+
+        Key is the row's ``model`` (``"unknown"`` if null). Per-family mean
+        kernel duration is derived from the deltas of the cumulative
+        ``family_time_ns_total`` / ``family_spans_total`` lists.
+        """
+        ts = int(row.get("ts_ns") or 0)
+        model = str(row.get("model") or "unknown")
+        out: list[DriftEvent] = []
+        for stream, col in (("latency", "latency_mean_s"), ("kar", "kar"),
+                            ("lts", "launch_tax"), ("sii", "sii")):  # fmt: skip
+            v = row.get(col)
+            if v is not None:
+                out += self.update(stream, model, float(v), ts)
+        names = row.get("family_names") or []
+        spans = row.get("family_spans_total") or []
+        times = row.get("family_time_ns_total") or []
+        for fam, n, t in zip(names, spans, times, strict=False):
+            prev = self._family_prev.get((model, fam))
+            self._family_prev[(model, fam)] = (int(n), int(t))
+            if prev is not None and n > prev[0]:
+                mean_ns = (t - prev[1]) / (n - prev[0])
+                out += self.update("family_duration", f"{model}/{fam}", mean_ns, ts)
+        return out
+
+    def update_gauges(
+        self,
+        table: pa.Table | pa.RecordBatch,
+        streams: Mapping[str, str] | None = None,
+    ) -> list[DriftEvent]:
+        """Feed GAUGE_SAMPLE rows; ``streams`` maps metric name -> stream.
+
+        Default mapping: ``hw.gpu.power`` -> ``gpu_power``,
+        ``hw.gpu.clock.graphics`` -> ``gpu_clock``; key = ``gpu_index``.
+        """
+        mp = streams or {"hw.gpu.power": "gpu_power", "hw.gpu.clock.graphics": "gpu_clock"}
+        d = table.select(["ts_ns", "metric", "value", "gpu_index"]).to_pydict()
+        out: list[DriftEvent] = []
+        for ts, metric, val, gpu in zip(d["ts_ns"], d["metric"], d["value"], d["gpu_index"],
+                                         strict=True):  # fmt: skip
+            stream = mp.get(metric)
+            if stream is not None:
+                out += self.update(stream, str(gpu), float(val), int(ts))
+        return out
+
+    def status(self) -> list[dict[str, Any]]:
+        """One row per (stream, key, detector): drift_detected, drift_count,
+        last_change_ns (ns or None), samples."""
+        rows = []
+        for (stream, key), slot in sorted(self._slots.items()):
+            for name, det in slot.detectors.items():
+                rows.append({
+                    "stream": stream, "key": key, "detector": name,
+                    "drift_detected": det.drift_detected,
+                    "drift_count": slot.drift_count[name],
+                    "last_change_ns": slot.last_change_ns[name], "samples": slot.n,
+                })  # fmt: skip
+        return rows
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able checkpoint of everything (``json.dumps`` ready)."""
+        return {
+            "version": 1,
+            "detectors": self.detectors,
+            "max_keys_per_stream": self.max_keys_per_stream,
+            "dropped": self.dropped,
+            "slots": [
+                {"stream": s, "key": k, "n": slot.n, "drift_count": slot.drift_count,
+                 "last_change_ns": slot.last_change_ns,
+                 "detectors": {n: d.to_dict() for n, d in slot.detectors.items()}}
+                for (s, k), slot in self._slots.items()
+            ],
+            "family_prev": [[m, f, n, t] for (m, f), (n, t) in self._family_prev.items()],
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> DriftMonitor:
+        """Inverse of :meth:`to_dict`. ``KeyError``/``ValueError`` on a bad checkpoint."""
+        if d.get("version") != 1:
+            raise ValueError(f"unsupported DriftMonitor checkpoint version {d.get('version')!r}")
+        m = cls(d["detectors"], int(d["max_keys_per_stream"]))
+        m.dropped = int(d["dropped"])
+        for s in d["slots"]:
+            dets = {n: detector_from_dict(v) for n, v in s["detectors"].items()}
+            m._slots[(s["stream"], s["key"])] = _Slot(
+                dets, dict(s["drift_count"]), dict(s["last_change_ns"]), int(s["n"])
+            )
+        for mod, fam, n, t in d["family_prev"]:
+            m._family_prev[(mod, fam)] = (int(n), int(t))
+        return m
+
+    def to_bytes(self) -> bytes:
+        """UTF-8 JSON of :meth:`to_dict` (a JetStream KV value)."""
+        return json.dumps(self.to_dict(), separators=(",", ":")).encode()
+
+    @classmethod
+    def from_bytes(cls, b: bytes) -> DriftMonitor:
+        """Inverse of :meth:`to_bytes`."""
+        return cls.from_dict(json.loads(b))
+
+
+def _fresh(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A from_dict payload that builds a fresh detector from ``spec['params']``."""
+    cls: Any = DETECTOR_TYPES[spec["kind"]]
+    fresh: dict[str, Any] = cls(**spec.get("params", {})).to_dict()
+    return {"params": fresh["params"], "state": fresh["state"]}
