@@ -34,8 +34,8 @@ import pyarrow.csv as pcsv
 
 from collectors.rocprof.rejects import MAX_EXAMPLES, Rejects
 
-Kind = Literal["int", "float_int", "agent", "name", "str"]
-"""``int``: int64; ``float_int``: decimal or exponent text -> int64 (rounded);
+Kind = Literal["int", "float_int", "float", "agent", "name", "str"]
+"""``int``: int64; ``float_int``: decimal or exponent text -> int64 (rounded); ``float``: float64;
 ``agent``: ``"Agent 4"`` or ``4`` -> 4; ``name``: dictionary string;
 ``str``: plain string."""
 
@@ -243,7 +243,7 @@ class CsvStream:
             arr = raw.column(csv_name)
             if col.kind == "agent":
                 arr = _agent_to_int(arr)
-            elif col.kind in ("int", "float_int") and safe:
+            elif col.kind in ("int", "float_int", "float") and safe:
                 rx = _INT_RX if col.kind == "int" else _FLOAT_RX
                 ok = pc.or_kleene(pc.is_null(arr), pc.match_substring_regex(arr, rx))
                 if not pc.all(ok).as_py():

@@ -1,0 +1,51 @@
+"""``rocprof`` collector: kernel spans from rocprofv3 / rocprof / rocprof-compute
+/ Kineto outputs, live (directory follow) or replayed.
+
+Options: ``dir`` (directory rocprofv3 writes into, required) and
+``interval_s`` (poll period, default 1.0). See ``README.md`` in this folder.
+
+Public API for the daemon / CLI:
+
+* :func:`collectors.rocprof.replay.load_paths` - replay recorded files
+* :func:`collectors.rocprof.runner.rocprofv3_command`,
+  :func:`collectors.rocprof.runner.find_outputs` - ``capture -- CMD``
+* :class:`collectors.rocprof.follow.DirFollower` - what this collector wraps
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from collectors.base import CollectorContext, Emit, register
+from collectors.rocprof.follow import DirFollower
+from collectors.rocprof.rejects import Rejects
+
+
+@register("rocprof")
+class RocprofCollector:
+    """Follows ``options["dir"]``; emits ``kernel_span`` batches.
+
+    Raises ``ValueError`` at construction when ``dir`` is missing; never
+    raises from :meth:`collect` (bad rows go to :meth:`drops`)."""
+
+    name = "rocprof"
+    source = "rocprofv3"
+
+    def __init__(self, ctx: CollectorContext) -> None:
+        if "dir" not in ctx.options:
+            raise ValueError("rocprof collector: option 'dir' (rocprofv3 output dir) is required")
+        self.ctx = ctx
+        self.interval_s = float(ctx.options.get("interval_s", 1.0))
+        self.rejects = Rejects()
+        self.follower = DirFollower(Path(str(ctx.options["dir"])), self.rejects)
+
+    def collect(self) -> Iterable[Emit]:
+        return self.follower.poll()
+
+    def drops(self) -> dict[str, int]:
+        """Dropped rows so far, per reason token."""
+        return dict(self.rejects.counts)
+
+    def close(self) -> None:
+        return None

@@ -1,0 +1,122 @@
+"""Live follow of a directory rocprofv3 writes into.
+
+:class:`DirFollower` remembers, per CSV file under ``root`` (recursive), its
+header and the byte offset up to which it has been consumed. Each
+:meth:`~DirFollower.poll` reads only the *complete* new lines (up to the
+last ``\\n``; a partial last line waits for the next poll), prepends the
+header and parses that chunk with the same columnar parsers as replay. HIP
+API traces are read before kernel traces so kernels join to launches seen
+so far (launch table capped at ``max_launches`` newest ids). A file that
+shrinks (rewritten) is re-read from the start. Emit keys are
+``"rocprof:<file>:<byte offset>:<i>"``: the same bytes always get the same
+key, so a re-publish after a restart is deduplicated by JetStream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from collectors.base import Emit
+from collectors.rocprof.csvstream import bytes_source, read_header
+from collectors.rocprof.formats import detect_header
+from collectors.rocprof.kernels import SPECS, iter_csv_kernel_spans
+from collectors.rocprof.launch import LaunchIndex, launch_calls, read_api_trace
+from collectors.rocprof.rejects import Rejects
+
+
+@dataclass
+class _FileState:
+    header: bytes = b""
+    fmt: str | None = None
+    offset: int = 0  # bytes consumed, header included
+    line: int = 2  # file line number of the next unread data line
+    ignored: bool = False
+
+
+class DirFollower:
+    """Tail every ``*.csv`` under ``root``; see the module doc."""
+
+    def __init__(
+        self,
+        root: Path,
+        rejects: Rejects | None = None,
+        *,
+        max_chunk: int = 64 << 20,
+        max_launches: int = 1_000_000,
+    ) -> None:
+        self.root = root
+        self.rejects = rejects if rejects is not None else Rejects()
+        self.max_chunk = max_chunk
+        self.max_launches = max_launches
+        self.launches = LaunchIndex()
+        self._files: dict[Path, _FileState] = {}
+
+    def _read_new(self, path: Path, st: _FileState) -> tuple[bytes, int] | None:
+        """(complete new lines, their byte offset) or None."""
+        try:
+            size = path.stat().st_size
+            if size < st.offset:  # rewritten: start over
+                st.__init__()  # type: ignore[misc]
+            if size == st.offset:
+                return None
+            with path.open("rb") as f:
+                if not st.header:
+                    first = f.readline(1 << 20)
+                    if not first.endswith(b"\n"):
+                        return None
+                    st.header = first
+                    st.offset = len(first)
+                    st.fmt = detect_header(read_header(first))
+                    if st.fmt is None:
+                        st.ignored = True
+                        self.rejects.add("unknown_format", str(path), 1, "unrecognised header")
+                        return None
+                f.seek(st.offset)
+                data = f.read(self.max_chunk)
+        except OSError as e:
+            self.rejects.add("io_error", str(path), None, str(e))
+            return None
+        end = data.rfind(b"\n")
+        if end < 0:
+            return None
+        data = data[: end + 1]
+        at = st.offset
+        st.offset += len(data)
+        return data, at
+
+    def poll(self) -> list[Emit]:
+        """Emits for everything complete that appeared since the last poll."""
+        try:
+            files = sorted(p for p in self.root.rglob("*.csv") if p.is_file())
+        except OSError as e:
+            self.rejects.add("io_error", str(self.root), None, str(e))
+            return []
+        for p in files:
+            self._files.setdefault(p, _FileState())
+        api = [p for p in files if ("hip" in p.name and "api" in p.name) or "hip_trace" in p.name]
+        out: list[Emit] = []
+        for p in api + [p for p in files if p not in api]:
+            st = self._files[p]
+            if st.ignored:
+                continue
+            got = self._read_new(p, st)
+            if got is None or st.fmt is None:
+                continue
+            data, at = got
+            base = st.line - 2
+            st.line += data.count(b"\n")
+            chunk = bytes_source(st.header, data)
+            if st.fmt == "rocprofv3_api_trace":
+                calls = launch_calls(read_api_trace(chunk, self.rejects, name=str(p),
+                                                    line_base=base), self.rejects, str(p))
+                self.launches.add(calls)
+                self.launches.trim(self.max_launches)
+            elif st.fmt in SPECS:
+                pid = int(p.parent.name) if p.parent.name.isdigit() else None
+                for i, batch in enumerate(iter_csv_kernel_spans(
+                    chunk, st.fmt, self.rejects, launches=self.launches, pid=pid,
+                    name=str(p), line_base=base,
+                )):
+                    out.append(Emit("kernel_span", batch, f"rocprof:{p}:{at}:{i}"))
+        return out

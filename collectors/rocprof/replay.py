@@ -1,0 +1,125 @@
+"""Replay recorded rocprof outputs as ``kernel_span`` emits.
+
+``load_paths(paths)`` is the input side of ``aaco-exporter replay PATH...``:
+each path is a file or a directory (walked recursively, sorted, so the
+order and the keys are deterministic). For every kernel-format file the
+HIP API traces in the *same directory* (rocprofv3 writes
+``<dir>/<host>/<pid>/<name>_kernel_trace.csv`` next to
+``<name>_hip_api_trace.csv``) are loaded first and joined
+(:mod:`collectors.rocprof.launch`). A rocprofv3 CSV in a directory named by
+digits takes that number as ``pid``.
+
+Non-kernel files (stats, counters, memory copies...) are skipped; a
+``.csv``/``.json``/``.json.gz`` file of unknown format, or an unreadable
+one, is counted in ``rejects`` (``unknown_format``/``io_error``) and
+skipped; other extensions in a directory are ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pyarrow as pa
+
+from collectors.base import Emit
+from collectors.rocprof.csvstream import DEFAULT_BLOCK
+from collectors.rocprof.formats import KERNEL_FORMATS, UnknownFormat, detect
+from collectors.rocprof.jsonfmt import iter_kineto_json, iter_rocprofv3_json
+from collectors.rocprof.kernels import SPECS, iter_csv_kernel_spans
+from collectors.rocprof.launch import LaunchIndex, launch_calls, read_api_trace
+from collectors.rocprof.rejects import Rejects
+
+_SUFFIXES = (".csv", ".json", ".json.gz")
+
+
+def iter_file_spans(
+    path: Path,
+    rejects: Rejects,
+    *,
+    fmt: str | None = None,
+    launches: LaunchIndex | None = None,
+    pid: int | None = None,
+    block_size: int = DEFAULT_BLOCK,
+) -> Iterator[pa.RecordBatch]:
+    """KERNEL_SPAN batches of one kernel-format file (format auto-detected).
+
+    Raises :class:`~collectors.rocprof.formats.UnknownFormat` for an unknown
+    file and ``ValueError`` for a known non-kernel format."""
+    fmt = fmt or detect(path)
+    if fmt in SPECS:
+        yield from iter_csv_kernel_spans(path, fmt, rejects, launches=launches, pid=pid,
+                                         block_size=block_size)
+    elif fmt == "rocprofv3_json":
+        yield from iter_rocprofv3_json(path, rejects)
+    elif fmt == "kineto_json":
+        yield from iter_kineto_json(path, rejects)
+    else:
+        raise ValueError(f"{path}: {fmt} has no kernel dispatches")
+
+
+def expand(paths: Sequence[Path]) -> list[Path]:
+    """Files named by ``paths``; directories walked recursively (sorted)
+    keeping ``.csv``/``.json``/``.json.gz`` files."""
+    out: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            out.extend(sorted(f for f in p.rglob("*")
+                              if f.is_file() and f.name.endswith(_SUFFIXES)))
+        else:
+            out.append(p)
+    return out
+
+
+def dir_launches(directory: Path, rejects: Rejects, formats: dict[Path, str]) -> LaunchIndex:
+    """Launch calls from every HIP API trace CSV directly in ``directory``."""
+    index = LaunchIndex()
+    for f, fmt in sorted(formats.items()):
+        if f.parent == directory and fmt == "rocprofv3_api_trace" and "hip" in f.name:
+            index.add(launch_calls(read_api_trace(f, rejects), rejects, str(f)))
+    return index
+
+
+def _pid_of(path: Path) -> int | None:
+    return int(path.parent.name) if path.parent.name.isdigit() else None
+
+
+def load_paths(
+    paths: Sequence[Path],
+    rejects: Rejects | None = None,
+    *,
+    block_size: int = DEFAULT_BLOCK,
+) -> Iterator[Emit]:
+    """Yield ``Emit("kernel_span", batch, key)`` for every kernel dispatch in
+    ``paths`` (files or directories; see the module doc). Keys are
+    ``"rocprof:<file>:<batch index>"``, stable across replays of the same
+    files. Bad rows and unknown files are counted in ``rejects``; nothing
+    raises except for a path that does not exist (``FileNotFoundError``)."""
+    rejects = rejects if rejects is not None else Rejects()
+    for p in paths:
+        if not p.exists():
+            raise FileNotFoundError(f"replay: {p} does not exist")
+    formats: dict[Path, str] = {}
+    for f in expand(paths):
+        try:
+            formats[f] = detect(f)
+        except UnknownFormat as e:
+            rejects.add("unknown_format", str(f), None, str(e).split("; known")[0])
+        except OSError as e:
+            rejects.add("io_error", str(f), None, str(e))
+    cache: dict[Path, LaunchIndex] = {}
+    for f, fmt in formats.items():
+        if fmt not in KERNEL_FORMATS:
+            continue
+        launches = None
+        if fmt in SPECS:
+            if f.parent not in cache:
+                cache[f.parent] = dir_launches(f.parent, rejects, formats)
+            launches = cache[f.parent]
+        pid = _pid_of(f) if fmt == "rocprofv3_kernel_trace" else None
+        try:
+            for i, batch in enumerate(iter_file_spans(f, rejects, fmt=fmt, launches=launches,
+                                                      pid=pid, block_size=block_size)):
+                yield Emit("kernel_span", batch, f"rocprof:{f}:{i}")
+        except OSError as e:
+            rejects.add("io_error", str(f), None, str(e))

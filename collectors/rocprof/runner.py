@@ -1,0 +1,60 @@
+"""Running a command under ``rocprofv3`` and finding what it wrote.
+
+``rocprofv3 -d DIR -o NAME --kernel-trace --hip-runtime-trace
+--output-format csv -- CMD...`` writes ``DIR/<hostname>/<pid>/NAME_kernel_trace.csv``
+and ``NAME_hip_api_trace.csv`` (``%hostname%/%pid%`` are rocprofv3's
+default sub-directories when ``-d`` is given).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+from collectors.rocprof.formats import KERNEL_FORMATS, UnknownFormat, detect
+
+OUTPUT_NAME = "aaco"
+
+
+def rocprofv3_command(
+    out_dir: Path,
+    cmd: Sequence[str],
+    *,
+    rocprofv3: str = "rocprofv3",
+    collection_period: str | None = None,
+) -> list[str]:
+    """argv running ``cmd`` under rocprofv3 with kernel + HIP runtime traces
+    as CSV into ``out_dir``.
+
+    ``collection_period`` (rocprofv3 ``--collection-period``, e.g.
+    ``"0:1:0"`` = delay:duration:repeat seconds) is passed through when set.
+
+    >>> rocprofv3_command(Path("/tmp/o"), ["python", "x.py"])[:4]
+    ['rocprofv3', '-d', '/tmp/o', '-o']
+    """
+    argv = [rocprofv3, "-d", str(out_dir), "-o", OUTPUT_NAME, "--kernel-trace",
+            "--hip-runtime-trace", "--output-format", "csv"]
+    if collection_period:
+        argv += ["--collection-period", collection_period]
+    return [*argv, "--", *cmd]
+
+
+def rocprofv3_available(name: str = "rocprofv3") -> bool:
+    """Whether ``name`` is on ``PATH``."""
+    return shutil.which(name) is not None
+
+
+def find_outputs(out_dir: Path) -> list[Path]:
+    """Kernel-carrying files under ``out_dir`` (recursive, sorted).
+
+    Files of other or unknown formats are left out (their HIP API trace
+    siblings are found by :func:`collectors.rocprof.replay.load_paths`)."""
+    found = []
+    for f in sorted(p for p in out_dir.rglob("*") if p.is_file()):
+        try:
+            if detect(f) in KERNEL_FORMATS:
+                found.append(f)
+        except (UnknownFormat, OSError):
+            continue
+    return found
