@@ -207,7 +207,7 @@ def _rank_within(
     return rank
 
 
-def _iteration_parent(kernels: pa.Table, iterations: pa.Table) -> npt.NDArray[np.int64]:
+def match_iterations(kernels: pa.Table, iterations: pa.Table) -> npt.NDArray[np.int64]:
     """Iteration row index for each kernel row (``-1`` when none matches)."""
     nk = kernels.num_rows
     if nk == 0 or iterations.num_rows == 0:
@@ -246,7 +246,7 @@ def plan_spans(kernels: pa.Table, iterations: pa.Table, policy: SpanPolicy) -> S
     it_no = _ints(iterations.column("iteration"), 0)
     n = max(policy.sample_every, 1)
     sampled = (it_no % n) == 0
-    parent = _iteration_parent(kernels, iterations)
+    parent = match_iterations(kernels, iterations)
     dur = _ints(kernels.column("duration_ns"), 0)
     matched = parent >= 0
     keep = np.zeros(kernels.num_rows, dtype=bool)
