@@ -1,0 +1,214 @@
+"""exporter.sinks.otlp.OtlpSink against real in-process OTLP receivers."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pyarrow as pa
+import pytest
+
+from exporter.schema import conform
+from exporter.sinks.otlp import OtlpConfig, OtlpSink
+
+HERE = Path(__file__).parent
+
+
+def _load(name: str, path: Path) -> ModuleType:
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
+data = _load("aaco_sink_testdata", HERE / "testdata" / "sinkdata.py")
+rx = _load("aaco_otlp_receiver", HERE / "otlp_receiver.py")
+
+
+def _batches(t: pa.Table, n: int) -> list[pa.RecordBatch]:
+    size = -(-t.num_rows // n)
+    return list(t.to_batches(max_chunksize=size))
+
+
+def test_grpc_export_span_counts_parentage_and_resource() -> None:
+    """Over gRPC: 6 iteration roots, policy-selected kernel children with correct parents."""
+    ks, its = data.magika_tables()
+    with rx.GrpcReceiver() as r:
+        sink = OtlpSink(
+            OtlpConfig(
+                endpoint=r.endpoint,
+                insecure=True,
+                sample_every=3,
+                top_k=5,
+                headers={"x-aaco-token": "t0k"},
+                compression="gzip",
+            )
+        )
+        try:
+            for b in _batches(ks, 3):
+                sink.ingest("kernel_span", b, "node-1")
+            sink.ingest("iteration_span", its.to_batches()[0], "node-1")
+            sink.flush()
+            assert r.wait_for(lambda: len(rx.spans_of(r.traces)) >= 218)
+        finally:
+            sink.close()
+        spans = rx.spans_of(r.traces)
+        headers = r.headers
+    assert len(spans) == 6 + 2 * 96 + 4 * 5 == sink.spans_exported
+    roots = {s.span_id: s for _, s in spans if not s.parent_span_id}
+    assert len(roots) == 6 and {s.name for s in roots.values()} == {"inference"}
+    kids = [s for _, s in spans if s.parent_span_id]
+    for k in kids:
+        p = roots[k.parent_span_id]
+        assert k.trace_id == p.trace_id
+        ka, pa_ = rx.attrs(k.attributes), rx.attrs(p.attributes)
+        assert ka["aaco.iteration"] == pa_["aaco.iteration"]
+        assert p.start_time_unix_nano <= k.start_time_unix_nano <= k.end_time_unix_nano
+        assert k.end_time_unix_nano <= p.end_time_unix_nano
+    assert sorted(s.start_time_unix_nano for s in roots.values()) == its["start_ns"].to_pylist()
+    res = spans[0][0]
+    assert res["service.name"] == "aaco-exporter" and res["host.name"] == "node-1"
+    assert res["aaco.model"] == data.MAGIKA_MODEL
+    assert any(h.get("x-aaco-token") == "t0k" for h in headers)
+    assert sink.kernels_dropped == 576 - 212
+
+
+def test_kernels_wait_one_flush_for_their_iteration() -> None:
+    """Kernels whose iteration has not arrived are held at the first flush, then parented."""
+    ks, its = data.magika_tables()
+    with rx.GrpcReceiver() as r:
+        sink = OtlpSink(OtlpConfig(endpoint=r.endpoint, insecure=True, sample_every=1))
+        try:
+            sink.ingest("kernel_span", ks, "node-1")
+            sink.flush()
+            held = len(rx.spans_of(r.traces))
+            sink.ingest("iteration_span", its, "node-1")
+            sink.flush()
+            assert r.wait_for(lambda: len(rx.spans_of(r.traces)) >= 582)
+        finally:
+            sink.close()
+        spans = rx.spans_of(r.traces)
+    assert held == 0
+    roots = {s.span_id for _, s in spans if not s.parent_span_id}
+    assert len(roots) == 6 and all(s.parent_span_id in roots for _, s in spans if s.parent_span_id)
+
+
+def test_grpc_gpu_kernels_without_iteration_are_capped_under_synthetic_parent() -> None:
+    """rocprofv3 kernels: one 'kernels' parent with aaco.gpu.agent_id on the resource."""
+    with rx.GrpcReceiver() as r:
+        sink = OtlpSink(OtlpConfig(endpoint=r.endpoint, insecure=True, orphan_cap=3))
+        try:
+            sink.ingest("kernel_span", data.rocprof_kernels(), "gpu-node")
+            sink.flush()
+            assert r.wait_for(lambda: len(rx.spans_of(r.traces)) >= 4)
+        finally:
+            sink.close()
+        spans = rx.spans_of(r.traces)
+    assert len(spans) == 4
+    (root,) = [s for _, s in spans if not s.parent_span_id]
+    assert root.name == "kernels" and rx.attrs(root.attributes)["aaco.kernels.dropped"] == 6
+    assert spans[0][0]["aaco.gpu.agent_id"] == 4
+    names = {s.name for _, s in spans if s.parent_span_id}
+    assert all("kernel" in n and "(" in n for n in names)  # raw names only on spans
+
+
+def test_grpc_metrics_latest_values_as_gauges_and_counters() -> None:
+    """Analytics and GAUGE_SAMPLE rows reach the receiver as OTLP gauges/sums, latest value."""
+    an = pa.Table.from_batches(
+        [
+            conform(
+                "analytics_result",
+                pa.table(
+                    {
+                        "ts_ns": [1, 2],
+                        "host": ["node-1"] * 2,
+                        "model": [data.MAGIKA_MODEL] * 2,
+                        "pid": [7, 7],
+                        "iterations": [3, 3],
+                        "kernel_count": [288, 288],
+                        "kar": [0.5, 0.75],
+                        "sii": [0.1, 0.2],
+                        "kernel_spans_total": [288, 576],
+                        "iterations_total": [3, 6],
+                    }
+                ),
+            )
+        ]
+    )
+    ga = pa.Table.from_batches(
+        [
+            conform(
+                "gauge_sample",
+                pa.table(
+                    {
+                        "ts_ns": [1, 2],
+                        "metric": ["hw.gpu.power"] * 2,
+                        "value": [200.0, 210.0],
+                        "kind": ["gauge"] * 2,
+                        "unit": ["W"] * 2,
+                        "source": ["amdsmi"] * 2,
+                        "gpu_index": [0, 0],
+                    }
+                ),
+            )
+        ]
+    )
+    with rx.GrpcReceiver() as r:
+        sink = OtlpSink(OtlpConfig(endpoint=r.endpoint, insecure=True, export_interval_s=3600))
+        try:
+            sink.ingest("analytics_result", an.to_batches()[0], "node-1")
+            sink.ingest("gauge_sample", ga.to_batches()[0], "node-1")
+            sink.flush()
+            assert r.wait_for(lambda: "hw.gpu.power" in rx.metric_points(r.metrics))
+        finally:
+            sink.close()
+        pts = rx.metric_points(r.metrics)
+        res = rx.attrs(r.metrics[0].resource_metrics[0].resource.attributes)
+    assert pts["aaco.kar"][0][1:] == (0.75, "gauge")
+    assert pts["aaco.kar"][0][0] == {"aaco.model": data.MAGIKA_MODEL, "process.pid": 7}
+    assert pts["aaco.kernel_spans"][0][1:] == (576, "sum")
+    assert pts["hw.gpu.power"][0][1] == 210.0
+    assert pts["hw.gpu.power"][0][0] == {"aaco.source": "amdsmi", "aaco.gpu.index": 0}
+    assert res["host.name"] == "node-1" and res["service.name"] == "aaco-exporter"
+
+
+def test_http_protobuf_gzip_export_parses_as_export_trace_service_request() -> None:
+    """http/protobuf with gzip: the receiver decodes ExportTraceServiceRequest at /v1/traces."""
+    ks, its = data.magika_tables()
+    with rx.HttpReceiver() as r:
+        sink = OtlpSink(
+            OtlpConfig(
+                endpoint=r.endpoint,
+                protocol="http/protobuf",
+                compression="gzip",
+                sample_every=100,
+                top_k=2,
+                service_name="magika-svc",
+            )
+        )
+        try:
+            sink.ingest("kernel_span", ks, "node-2")
+            sink.ingest("iteration_span", its, "node-2")
+            sink.flush()
+            assert r.wait_for(lambda: len(rx.spans_of(r.traces)) >= 6 + 96 + 5 * 2)
+        finally:
+            sink.close()
+        spans = rx.spans_of(r.traces)
+        headers = r.headers
+    assert len(spans) == 6 + 96 + 5 * 2
+    assert spans[0][0]["service.name"] == "magika-svc" and spans[0][0]["host.name"] == "node-2"
+    assert any(h.get("content-encoding") == "gzip" for h in headers)
+    assert all(h.get("content-type") == "application/x-protobuf" for h in headers)
+
+
+def test_config_rejects_bad_protocol_and_half_client_cert() -> None:
+    """OtlpConfig validates protocol and client cert/key pairing."""
+    with pytest.raises(ValueError, match="protocol"):
+        OtlpConfig(protocol="thrift")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="client_cert_file"):
+        OtlpConfig(client_cert_file="c.pem")
