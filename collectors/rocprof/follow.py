@@ -6,7 +6,8 @@ header and the byte offset up to which it has been consumed. Each
 last ``\\n``; a partial last line waits for the next poll), prepends the
 header and parses that chunk with the same columnar parsers as replay. HIP
 API traces are read before kernel traces so kernels join to launches seen
-so far (launch table capped at ``max_launches`` newest ids). A file that
+so far in the same directory with the same run prefix (launch table capped
+at ``max_launches`` newest ids). A file that
 shrinks (rewritten) is re-read from the start. Emit keys are
 ``"rocprof:<file>:<byte offset>:<i>"``: the same bytes always get the same
 key, so a re-publish after a restart is deduplicated by JetStream.
@@ -23,6 +24,7 @@ from collectors.rocprof.formats import detect_header
 from collectors.rocprof.kernels import SPECS, iter_csv_kernel_spans
 from collectors.rocprof.launch import LaunchIndex, launch_calls, read_api_trace
 from collectors.rocprof.rejects import Rejects
+from collectors.rocprof.replay import run_prefix
 
 
 @dataclass
@@ -49,7 +51,7 @@ class DirFollower:
         self.rejects = rejects if rejects is not None else Rejects()
         self.max_chunk = max_chunk
         self.max_launches = max_launches
-        self.launches = LaunchIndex()
+        self.launches: dict[tuple[Path, str], LaunchIndex] = {}
         self._files: dict[Path, _FileState] = {}
 
     def _read_new(self, path: Path, st: _FileState) -> tuple[bytes, int] | None:
@@ -107,15 +109,16 @@ class DirFollower:
             base = st.line - 2
             st.line += data.count(b"\n")
             chunk = bytes_source(st.header, data)
+            li = self.launches.setdefault((p.parent, run_prefix(p)), LaunchIndex())
             if st.fmt == "rocprofv3_api_trace":
                 calls = launch_calls(read_api_trace(chunk, self.rejects, name=str(p),
                                                     line_base=base), self.rejects, str(p))
-                self.launches.add(calls)
-                self.launches.trim(self.max_launches)
+                li.add(calls)
+                li.trim(self.max_launches)
             elif st.fmt in SPECS:
                 pid = int(p.parent.name) if p.parent.name.isdigit() else None
                 for i, batch in enumerate(iter_csv_kernel_spans(
-                    chunk, st.fmt, self.rejects, launches=self.launches, pid=pid,
+                    chunk, st.fmt, self.rejects, launches=li, pid=pid,
                     name=str(p), line_base=base,
                 )):
                     out.append(Emit("kernel_span", batch, f"rocprof:{p}:{at}:{i}"))

@@ -3,7 +3,8 @@
 ``load_paths(paths)`` is the input side of ``aaco-exporter replay PATH...``:
 each path is a file or a directory (walked recursively, sorted, so the
 order and the keys are deterministic). For every kernel-format file the
-HIP API traces in the *same directory* (rocprofv3 writes
+HIP API traces in the *same directory* with the same run prefix
+(:func:`run_prefix`; rocprofv3 writes
 ``<dir>/<host>/<pid>/<name>_kernel_trace.csv`` next to
 ``<name>_hip_api_trace.csv``) are loaded first and joined
 (:mod:`collectors.rocprof.launch`). A rocprofv3 CSV in a directory named by
@@ -71,11 +72,24 @@ def expand(paths: Sequence[Path]) -> list[Path]:
     return out
 
 
-def dir_launches(directory: Path, rejects: Rejects, formats: dict[Path, str]) -> LaunchIndex:
-    """Launch calls from every HIP API trace CSV directly in ``directory``."""
+def run_prefix(path: Path) -> str:
+    """``"NAME_"`` of ``NAME_kernel_trace.csv`` / ``NAME_hip_api_trace.csv``
+    (``""`` for ``kernel_trace.csv``): files of one rocprofv3 run share it."""
+    for tail in ("kernel_trace.csv", "hip_api_trace.csv", "hip_runtime_trace.csv",
+                 "hip_trace.csv"):
+        if path.name.endswith(tail):
+            return path.name[: -len(tail)]
+    return path.name
+
+
+def dir_launches(kernel_file: Path, rejects: Rejects, formats: dict[Path, str]) -> LaunchIndex:
+    """Launch calls from the HIP API trace CSVs in ``kernel_file``'s directory
+    with the same run prefix (:func:`run_prefix`)."""
     index = LaunchIndex()
+    want = run_prefix(kernel_file)
     for f, fmt in sorted(formats.items()):
-        if f.parent == directory and fmt == "rocprofv3_api_trace" and "hip" in f.name:
+        if (f.parent == kernel_file.parent and fmt == "rocprofv3_api_trace"
+                and "hip" in f.name and run_prefix(f) == want):
             index.add(launch_calls(read_api_trace(f, rejects), rejects, str(f)))
     return index
 
@@ -107,15 +121,16 @@ def load_paths(
             rejects.add("unknown_format", str(f), None, str(e).split("; known")[0])
         except OSError as e:
             rejects.add("io_error", str(f), None, str(e))
-    cache: dict[Path, LaunchIndex] = {}
+    cache: dict[tuple[Path, str], LaunchIndex] = {}
     for f, fmt in formats.items():
         if fmt not in KERNEL_FORMATS:
             continue
         launches = None
         if fmt in SPECS:
-            if f.parent not in cache:
-                cache[f.parent] = dir_launches(f.parent, rejects, formats)
-            launches = cache[f.parent]
+            ck = (f.parent, run_prefix(f))
+            if ck not in cache:
+                cache[ck] = dir_launches(f, rejects, formats)
+            launches = cache[ck]
         pid = _pid_of(f) if fmt == "rocprofv3_kernel_trace" else None
         try:
             for i, batch in enumerate(iter_file_spans(f, rejects, fmt=fmt, launches=launches,

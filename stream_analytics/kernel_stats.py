@@ -1,0 +1,83 @@
+"""Per-kernel duration statistics (the ``--stats`` table of rocprof).
+
+:func:`kernel_stats` groups a KERNEL_SPAN table by ``kernel_name`` with one
+Arrow ``group_by`` (columnar). ``avg_ns`` is ``total_ns // calls`` (integer
+floor), the convention of rocprof v1's ``results.stats.csv`` ``AverageNs``
+(e.g. 2608618986 ns / 1001 calls -> 2606012).
+
+>>> import pyarrow as pa
+>>> t = pa.table({"kernel_name": ["a", "b", "a"], "duration_ns": [10, 7, 5]})
+>>> kernel_stats(t).to_pylist()[0]
+{'kernel_name': 'a', 'calls': 2, 'total_ns': 15, 'avg_ns': 7, 'min_ns': 5, 'max_ns': 10}
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+STATS_SCHEMA = pa.schema(
+    [
+        pa.field("kernel_name", pa.string(), nullable=False),
+        pa.field("calls", pa.int64(), nullable=False),
+        pa.field("total_ns", pa.int64(), nullable=False),
+        pa.field("avg_ns", pa.int64(), nullable=False),
+        pa.field("min_ns", pa.int64(), nullable=False),
+        pa.field("max_ns", pa.int64(), nullable=False),
+    ]
+)
+
+
+def kernel_stats(table: pa.Table) -> pa.Table:
+    """One row per kernel name: ``kernel_name, calls, total_ns, avg_ns,
+    min_ns, max_ns`` (ns, int64), sorted by ``total_ns`` descending then name.
+
+    ``table`` needs ``kernel_name`` (string or dictionary) and
+    ``duration_ns`` (int64; rows with a null duration are ignored). Raises
+    ``KeyError`` naming a missing column."""
+    for c in ("kernel_name", "duration_ns"):
+        if c not in table.column_names:
+            raise KeyError(f"kernel_stats: column {c!r} missing")
+    name = table["kernel_name"]
+    if pa.types.is_dictionary(name.type):
+        name = name.cast(pa.string())
+    dur = table["duration_ns"].cast(pa.int64())
+    t = pa.table({"kernel_name": name, "d": dur}).filter(pc.is_valid(dur))
+    g = t.group_by("kernel_name").aggregate(
+        [("d", "count"), ("d", "sum"), ("d", "min"), ("d", "max")]
+    )
+    calls = g["d_count"].cast(pa.int64())
+    total = g["d_sum"]
+    out = pa.table(
+        {
+            "kernel_name": g["kernel_name"],
+            "calls": calls,
+            "total_ns": total,
+            "avg_ns": pc.divide(total, calls),  # int64 / int64 -> floor for non-negative
+            "min_ns": g["d_min"],
+            "max_ns": g["d_max"],
+        }
+    )
+    out = out.sort_by([("total_ns", "descending"), ("kernel_name", "ascending")])
+    return out.cast(STATS_SCHEMA)
+
+
+def busy_ns(table: pa.Table) -> int:
+    """Length in ns of the union of ``[start_ns, end_ns]`` intervals (GPU busy
+    time; overlapping kernels on several queues count once).
+
+    >>> busy_ns(pa.table({"start_ns": [0, 5, 20], "end_ns": [10, 12, 25]}))
+    17
+    """
+    import numpy as np
+
+    if table.num_rows == 0:
+        return 0
+    s = np.asarray(table["start_ns"].to_numpy(), dtype=np.int64)
+    e = np.asarray(table["end_ns"].to_numpy(), dtype=np.int64)
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    cm = np.maximum.accumulate(e)
+    first = np.flatnonzero(np.r_[True, s[1:] > cm[:-1]])
+    last = np.r_[first[1:] - 1, len(s) - 1]
+    return int((cm[last] - s[first]).sum())
