@@ -189,7 +189,7 @@ def record(
     n_nodes = sum(1 for n in g.node if n.op_type != "Constant")
     name = model_path.stem
     inp = g.input[0]
-    shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+    shape = [d.dim_value or 1 for d in inp.type.tensor_type.shape.dim]
     rng = np.random.default_rng(1)
     if inp.type.tensor_type.elem_type == onnx.TensorProto.INT32:
         x = rng.integers(0, 256, shape).astype(np.int32)

@@ -117,7 +117,7 @@ class EWMAChart:
     def __init__(
         self,
         lambda_: float = 0.05,
-        L: float = 4.5,
+        L: float = 5.0,
         grace_period: int = T.DRIFT_GRACE_PERIOD,
         clip: float = T.DRIFT_CLIP_SIGMA,
         mode: str = "both",
