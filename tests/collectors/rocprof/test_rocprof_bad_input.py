@@ -1,0 +1,127 @@
+"""Bad input: rows are rejected with file:line and counted by reason; the rest is kept."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+
+from collectors.rocprof.kernels import MAX_NAME_CHARS, iter_csv_kernel_spans
+from collectors.rocprof.launch import launch_calls, read_api_trace
+from collectors.rocprof.rejects import Rejects
+from collectors.rocprof.replay import load_paths
+from exporter.schema import KERNEL_SPAN
+
+TD = Path(__file__).resolve().parents[3] / "collectors" / "rocprof" / "testdata"
+FMT = "rocprofv3_kernel_trace"
+
+
+def lines() -> list[str]:
+    return (TD / "kernel_trace_truncated.csv").read_text().splitlines()
+
+
+def parse(p: Path, r: Rejects, fmt: str = FMT) -> pa.Table:
+    return pa.Table.from_batches(list(iter_csv_kernel_spans(p, fmt, r)), schema=KERNEL_SPAN)
+
+
+def test_file_cut_mid_line_drops_only_last_row_as_truncated(tmp_path: Path) -> None:
+    data = (TD / "kernel_trace_truncated.csv").read_bytes()
+    p = tmp_path / "cut_synthetic_kernel_trace.csv"
+    p.write_bytes(data[: len(data) - 30])  # cut inside the 4th data row, no newline
+    r = Rejects()
+    t = parse(p, r)
+    assert t.num_rows == 3
+    assert r.counts == {"truncated": 1}
+    assert r.examples["truncated"][0].startswith(f"{p}:5: truncated")
+
+
+def test_non_numeric_field_rejected_with_line_rest_kept(tmp_path: Path) -> None:
+    ls = lines()
+    ls[2] = ls[2].replace(",1552082594709678,", ",12abc,")  # End_Timestamp of line 3
+    p = tmp_path / "nonnum_synthetic_kernel_trace.csv"
+    p.write_text("\n".join(ls) + "\n")
+    r = Rejects()
+    t = parse(p, r)
+    assert t.num_rows == 3
+    assert r.counts == {"not_numeric": 1}
+    assert r.examples["not_numeric"][0] == (
+        f"{p}:3: not_numeric: column 'End_Timestamp' value '12abc'"
+    )
+
+
+def test_end_before_start_and_duplicate_dispatch_id(tmp_path: Path) -> None:
+    ls = lines()
+    f = ls[1].split(",")
+    f[9], f[10] = f[10], f[9]  # swap start/end of line 2
+    ls[1] = ",".join(f)
+    ls.append(ls[4])  # line 6 repeats dispatch id of line 5
+    p = tmp_path / "order_synthetic_kernel_trace.csv"
+    p.write_text("\n".join(ls) + "\n")
+    r = Rejects()
+    t = parse(p, r)
+    assert t.num_rows == 3
+    assert r.counts == {"end_before_start": 1, "duplicate_id": 1}
+    assert r.examples["end_before_start"][0].startswith(f"{p}:2:")
+    assert r.examples["duplicate_id"][0].startswith(f"{p}:6:")
+
+
+def test_wrong_field_count_in_middle_is_column_count(tmp_path: Path) -> None:
+    ls = lines()
+    ls.insert(2, '"KERNEL_DISPATCH","Agent 4",1')
+    p = tmp_path / "short_synthetic_kernel_trace.csv"
+    p.write_text("\n".join(ls) + "\n")
+    r = Rejects()
+    t = parse(p, r)
+    assert t.num_rows == 4
+    assert r.counts == {"column_count": 1}
+    assert r.examples["column_count"][0].startswith(f"{p}:3:")
+
+
+def test_renamed_required_column_rejects_file_naming_column(tmp_path: Path) -> None:
+    ls = lines()
+    ls[0] = ls[0].replace('"End_Timestamp"', '"EndTime"')
+    p = tmp_path / "renamed_synthetic_kernel_trace.csv"
+    p.write_text("\n".join(ls) + "\n")
+    r = Rejects()
+    assert parse(p, r).num_rows == 0
+    assert r.counts == {"missing_column": 1}
+    assert "End_Timestamp" in r.examples["missing_column"][0]
+
+
+def test_100kb_kernel_name_is_truncated_and_counted(tmp_path: Path) -> None:
+    ls = lines()
+    ls[1] = ls[1].replace('"addition_kernel"', '"' + "k" * 100_000 + '"')
+    p = tmp_path / "longname_synthetic_kernel_trace.csv"
+    p.write_text("\n".join(ls) + "\n")
+    r = Rejects()
+    t = parse(p, r)
+    assert t.num_rows == 4
+    assert len(t["kernel_name"].to_pylist()[0]) == MAX_NAME_CHARS
+    assert r.notes == {"name_truncated": 1} and r.total == 0
+
+
+def test_wrong_file_for_parser_reports_missing_column() -> None:
+    r = Rejects()
+    t = parse(TD / "api" / "hip_trace.csv", r)  # an API trace given to the kernel parser
+    assert t.num_rows == 0 and r.counts == {"missing_column": 1}
+
+
+def test_duplicate_launch_correlation_ids_keep_first(tmp_path: Path) -> None:
+    src = (TD / "api" / "hip_runtime_trace.csv").read_text().splitlines()
+    launch = [x for x in src if "hipLaunchKernel" in x][0]
+    p = tmp_path / "dup_synthetic_hip_api_trace.csv"
+    p.write_text("\n".join([*src, launch]) + "\n")
+    r = Rejects()
+    calls = launch_calls(read_api_trace(p, r), r, str(p))
+    assert calls["correlation_id"].to_pylist() == [5]
+    assert r.counts == {"duplicate_id": 1}
+
+
+def test_replay_counts_unknown_and_bad_json_files_and_continues(tmp_path: Path) -> None:
+    (tmp_path / "notes_synthetic.csv").write_text("x,y\n1,2\n")
+    (tmp_path / "broken_synthetic.json").write_text('{"traceEvents": [')
+    (tmp_path / "kernel_trace.csv").write_bytes((TD / "kernel_trace.csv").read_bytes())
+    r = Rejects()
+    got = sum(e.batch.num_rows for e in load_paths([tmp_path], r))
+    assert got == 9
+    assert r.counts == {"unknown_format": 1, "bad_json": 1}
