@@ -42,6 +42,7 @@ H_SCHEMA = "Aaco-Schema"
 H_VERSION = "Aaco-Version"
 H_HOST = "Aaco-Host"
 H_MSG_ID = "Nats-Msg-Id"
+H_SESSION = "Aaco-Session"  # optional: the capture session that produced it
 
 _DICT_STR = pa.dictionary(pa.int32(), pa.string())
 
@@ -302,6 +303,7 @@ def encode(
     *,
     host: str,
     msg_id: str | None = None,
+    session: str | None = None,
 ) -> Message:
     """Encode one batch of ``signal`` as a :class:`Message`.
 
@@ -316,6 +318,8 @@ def encode(
         H_HOST: sanitize_token(host),
         H_MSG_ID: msg_id or uuid.uuid4().hex,
     }
+    if session:
+        headers[H_SESSION] = sanitize_token(session)
     return Message(subject(signal, host), _serialize(rb), headers)
 
 
@@ -327,6 +331,7 @@ def encode_chunks(
     msg_id_prefix: str,
     max_bytes: int = 900_000,
     max_rows: int = 65_536,
+    session: str | None = None,
 ) -> Iterator[Message]:
     """Split ``table`` into messages of at most ``max_bytes`` payload each.
 
@@ -338,11 +343,11 @@ def encode_chunks(
         table = pa.Table.from_batches([table])
     start, i, rows = 0, 0, max(1, min(max_rows, table.num_rows or 1))
     if table.num_rows == 0:
-        yield encode(signal, table, host=host, msg_id=f"{msg_id_prefix}:0")
+        yield encode(signal, table, host=host, msg_id=f"{msg_id_prefix}:0", session=session)
         return
     while start < table.num_rows:
         part = table.slice(start, rows)
-        msg = encode(signal, part, host=host, msg_id=f"{msg_id_prefix}:{i}")
+        msg = encode(signal, part, host=host, msg_id=f"{msg_id_prefix}:{i}", session=session)
         if len(msg.payload) > max_bytes and rows > 1:
             rows = max(1, rows // 2)
             continue

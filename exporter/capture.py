@@ -1,0 +1,213 @@
+"""``aaco-exporter capture``: a bounded lab capture into a session bundle.
+
+It runs the same collectors, bus and analytics consumer as the daemon (no
+second implementation of any metric): the ``ort`` collector runs the model
+for ``warmup`` + ``iterations`` runs, the ``proc`` collector samples the
+process's threads, the analytics consumer evaluates one window spanning the
+whole session, and the bundle sink writes what crossed the bus.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import socket
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+from collectors.base import CollectorContext, create
+from exporter import schema
+from exporter.bus import BusConfig
+from exporter.pipeline import Pipeline
+from exporter.sinks.bundle import BundleSink, write_json
+from stream_analytics.consumer import AnalyticsConsumer
+
+
+@dataclass
+class CaptureOptions:
+    """What to capture. ``model`` is a path or an alias such as ``magika``."""
+
+    model: str
+    iterations: int = 200
+    warmup: int = 5
+    out: Path = Path("sessions")
+    model_name: str | None = None
+    dims: dict[str, int] = field(default_factory=dict)
+    fill: dict[str, float] = field(default_factory=dict)
+    providers: list[str] | None = None
+    sched_interval_s: float = 0.2
+    progress: bool = True
+    argv: list[str] = field(default_factory=list)
+
+
+def _env() -> dict[str, Any]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    libs = {}
+    for lib in ("onnxruntime", "onnx", "pyarrow", "nats-py", "prometheus-client", "numpy"):
+        try:
+            libs[lib] = version(lib)
+        except PackageNotFoundError:
+            libs[lib] = None
+    return {
+        "platform": platform.platform(),
+        "kernel": platform.release(),
+        "machine": platform.machine(),
+        "python": sys.version.split()[0],
+        "cpu_count": os.cpu_count(),
+        "processor": platform.processor(),
+        "libraries": libs,
+    }
+
+
+def derived_metrics(row: dict[str, Any]) -> dict[str, Any]:
+    """``metrics/derived_metrics.json`` from the session's analytics result."""
+
+    def ms(v: float | None) -> float | None:
+        return None if v is None else v * 1e3
+
+    return {
+        "graph_node_count": row.get("graph_node_count"),
+        "kernel_count": row.get("kernel_count"),
+        "iterations": row.get("iterations"),
+        "kar": row.get("kar"),
+        "launch_tax": row.get("launch_tax"),
+        "launch_overhead_ns": row.get("launch_overhead_ns"),
+        "kernel_time_ns": row.get("kernel_time_ns"),
+        "sii": row.get("sii"),
+        "runq_wait_ns": row.get("runq_wait_ns"),
+        "thread_wall_ns": row.get("thread_wall_ns"),
+        "gpu_active_ratio": row.get("gpu_active_ratio"),
+        "busy_ns": row.get("busy_ns"),
+        "wall_ns": row.get("wall_ns"),
+        "latency_ms": {"mean": ms(row.get("latency_mean_s")), "p50": ms(row.get("latency_p50_s")),
+                       "p99": ms(row.get("latency_p99_s"))},
+        "definitions": "docs/metrics.md",
+    }
+
+
+def inference_summary(durations_ns: np.ndarray[Any, Any], warmup: int) -> dict[str, Any]:
+    """Latency statistics (ms) and throughput (iterations/s) of measured runs."""
+    if len(durations_ns) == 0:
+        return {"iterations": 0, "warmup": warmup}
+    ms = durations_ns.astype(np.float64) / 1e6
+    return {
+        "iterations": len(ms),
+        "warmup": warmup,
+        "latency_ms": {
+            "mean": float(ms.mean()), "std": float(ms.std()), "min": float(ms.min()),
+            "p50": float(np.percentile(ms, 50)), "p90": float(np.percentile(ms, 90)),
+            "p99": float(np.percentile(ms, 99)), "max": float(ms.max()),
+        },
+        "throughput_ips": float(len(ms) / (ms.sum() / 1e3)),
+    }
+
+
+async def capture(opts: CaptureOptions, bus_cfg: BusConfig) -> tuple[Path, dict[str, Any]]:
+    """Run the capture; returns the session directory and derived metrics."""
+    host = socket.gethostname()
+    started = time.time_ns()
+    session = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    pipe = Pipeline(host, bus_cfg, session=session)
+    pids: set[int] = set()
+    ort_c = create("ort", CollectorContext(host, pids, {
+        "model": opts.model, "model_name": opts.model_name, "iterations": opts.iterations,
+        "warmup": opts.warmup, "chunk_s": 1e9, "dims": opts.dims, "fill": opts.fill,
+        "providers": opts.providers,
+        "chunk_iterations": max(10, opts.iterations // 20),
+    }))
+    graph = ort_c.graph  # type: ignore[attr-defined]
+    out = opts.out / f"{session}_{schema.sanitize_token(graph.name)}"
+    out.mkdir(parents=True, exist_ok=True)
+    ort_c.runner.profile_dir = out / "profiler"  # type: ignore[attr-defined]
+    ort_c.runner.profile_dir.mkdir(parents=True, exist_ok=True)  # type: ignore[attr-defined]
+    ort_c.runner.keep_profiles = True  # type: ignore[attr-defined]
+    proc_c = create("proc", CollectorContext(host, pids, {"interval_s": opts.sched_interval_s}))
+    pipe.add(ort_c)
+    pipe.add(proc_c)
+    try:
+        bus = await pipe.open()
+        sink = BundleSink(bus, session)
+        await sink.start()
+        consumer = AnalyticsConsumer(bus, durable=f"capture-{session}", window_s=None,
+                                     checkpoint=False, session=schema.sanitize_token(session))
+        await consumer.start()
+        await pipe.collect_once(proc_c)  # prime the /proc deltas
+        stop = asyncio.Event()
+        bg = [asyncio.create_task(pipe.run_collector(proc_c, stop)),
+              asyncio.create_task(consumer.run(stop))]
+        with Progress("[progress.description]{task.description}", BarColumn(),
+                      MofNCompleteColumn(), TimeElapsedColumn(), disable=not opts.progress,
+                      transient=True) as bar:
+            task = bar.add_task(f"capture {graph.name}", total=opts.iterations)
+            while not ort_c.done:  # type: ignore[attr-defined]
+                await pipe.collect_once(ort_c)
+                if not pipe.health["ort"].up:
+                    raise RuntimeError(pipe.health["ort"].last_error)
+                bar.update(task, completed=ort_c.runner.next_iteration)  # type: ignore[attr-defined]
+        await pipe.collect_once(proc_c)  # the last partial interval
+        stop.set()
+        await asyncio.gather(*bg)
+        await consumer.drain()
+        await sink.drain()
+    finally:
+        await pipe.close()
+    counts = sink.write(out)
+    results = sink.table("analytics_result").to_pylist()
+    mine = [r for r in results if r["model"] == graph.name]
+    final = mine[-1] if mine else {}
+    derived = derived_metrics(final)
+    write_json(out / "metrics/derived_metrics.json", derived)
+    iters = sink.table("iteration_span")
+    write_json(out / "metrics/inference_summary.json",
+               inference_summary(iters.column("duration_ns").to_numpy(), opts.warmup))
+    write_json(out / "model/model_meta.json", {
+        "name": graph.name, "path": str(graph.path), "sha256": graph.sha256,
+        "node_count": graph.node_count, "total_nodes": graph.total_nodes,
+        "node_count_excludes": ["Constant"], "edge_count": graph.edges.num_rows,
+        "op_histogram": graph.op_histogram, "provider": ort_c.source,
+        "inputs": {k: list(v.shape) for k, v in ort_c.runner.feed.items()},  # type: ignore[attr-defined]
+    })
+    pq.write_table(graph.nodes, out / "model/graph_nodes.parquet")
+    pq.write_table(graph.edges, out / "model/graph_edges.parquet")
+    write_json(out / "env.json", _env())
+    write_json(out / "session.json", {
+        "session_id": session, "host": host, "argv": opts.argv, "model": graph.name,
+        "started_ns": started, "ended_ns": time.time_ns(), "iterations": opts.iterations,
+        "warmup": opts.warmup, "schema_version": schema.SCHEMA_VERSION,
+        "nats": bus_cfg.url or "embedded", "rows": counts,
+        "drops": dict(consumer.drops + sink.drops + pipe.drops),
+    })
+    return out, derived
+
+
+def format_summary(d: dict[str, Any]) -> str:
+    """One human line per headline metric."""
+    def f(v: Any, spec: str) -> str:
+        return "n/a" if v is None else format(v, spec)
+
+    lat = d.get("latency_ms") or {}
+    return "\n".join([
+        f"KAR  (kernels/node)      {f(d.get('kar'), '.4f')}   "
+        f"({d.get('kernel_count')} kernels, {d.get('iterations')} iterations, "
+        f"{d.get('graph_node_count')} nodes)",
+        f"LTS  (launch tax)        {f(d.get('launch_tax'), '.4f')}",
+        f"SII  (sched interference){f(d.get('sii'), '.4f'):>7}",
+        f"active ratio             {f(d.get('gpu_active_ratio'), '.4f')}",
+        f"latency ms mean/p50/p99  {f(lat.get('mean'), '.3f')} / {f(lat.get('p50'), '.3f')}"
+        f" / {f(lat.get('p99'), '.3f')}",
+    ])
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, indent=2, default=str)

@@ -1,0 +1,129 @@
+"""The ``aaco-exporter`` command line.
+
+Exit status: 0 on success, 1 for a regression verdict (``diff``), 2 for bad
+input (a missing or non-ONNX model, inputs that cannot be generated, an
+unreachable ``--nats`` URL). Errors are one clear line on stderr, never a
+traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from exporter.bus import BusConfig, BusError
+from exporter.natsserver import NatsServerError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Event-streaming observability exporter for AI inference.")
+
+NatsOpt = Annotated[str | None, typer.Option("--nats", help="NATS URL; default: start an "
+                                             "embedded nats-server with JetStream")]
+
+
+def _fail(msg: str) -> None:
+    typer.echo(f"aaco-exporter: error: {msg}", err=True)
+    raise typer.Exit(2)
+
+
+def _kv(items: list[str], what: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for it in items:
+        name, sep, val = it.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            out[name] = float(val)
+        except ValueError:
+            _fail(f"{what} {it!r} is not NAME=NUMBER")
+    return out
+
+
+def _bus_cfg(nats: str | None, creds: str | None, user: str | None, password: str | None,
+             token: str | None, tls_ca: str | None) -> BusConfig:
+    return BusConfig(url=nats, creds_file=creds, user=user, password=password, token=token,
+                     tls_ca=tls_ca)
+
+
+@app.command()
+def capture(
+    model: Annotated[str, typer.Option(help="ONNX model path or alias (magika)")],
+    iterations: Annotated[int, typer.Option(min=1)] = 200,
+    warmup: Annotated[int, typer.Option(min=0)] = 5,
+    out: Annotated[Path, typer.Option(help="parent directory of session bundles")] = Path(
+        "sessions"),
+    model_name: Annotated[str | None, typer.Option()] = None,
+    dim: Annotated[list[str], typer.Option(help="symbolic dim NAME=VALUE")] = [],  # noqa: B006
+    fill: Annotated[list[str], typer.Option(help="constant input NAME=VALUE")] = [],  # noqa: B006
+    nats: NatsOpt = None,
+    quiet: Annotated[bool, typer.Option(help="no progress bar")] = False,
+) -> None:
+    """Bounded lab capture; prints the session directory as the last line."""
+    from collectors.ort import InputError, ModelError
+    from exporter.capture import CaptureOptions, format_summary
+    from exporter.capture import capture as run_capture
+
+    opts = CaptureOptions(model=model, iterations=iterations, warmup=warmup, out=out,
+                          model_name=model_name, dims={k: int(v) for k, v in
+                                                       _kv(dim, "--dim").items()},
+                          fill=_kv(fill, "--fill"), progress=not quiet, argv=sys.argv)
+    try:
+        session, derived = asyncio.run(run_capture(opts, BusConfig(url=nats)))
+    except (ModelError, InputError, BusError, NatsServerError) as e:
+        _fail(str(e))
+        return
+    typer.echo(format_summary(derived))
+    typer.echo(str(session))
+
+
+@app.command()
+def run(
+    model: Annotated[str | None, typer.Option(help="ONNX model to run and profile")] = None,
+    model_name: Annotated[str | None, typer.Option()] = None,
+    nats: NatsOpt = None,
+    metrics_addr: Annotated[str, typer.Option(help="HOST:PORT for /metrics")] = "0.0.0.0:9464",
+    pid: Annotated[list[int], typer.Option(help="also watch this process")] = [],  # noqa: B006
+    collector: Annotated[list[str], typer.Option(help="extra collector plugin")] = [],  # noqa: B006
+    rocprof_dir: Annotated[str | None, typer.Option(help="follow a rocprofv3 output dir")] = None,
+    window: Annotated[float, typer.Option(help="analytics window, seconds")] = 30.0,
+    duration: Annotated[float | None, typer.Option(help="stop after N seconds")] = None,
+    state_dir: Annotated[str | None, typer.Option(help="embedded NATS state dir")] = None,
+    nats_creds: Annotated[str | None, typer.Option(help="NATS .creds file")] = None,
+    nats_user: Annotated[str | None, typer.Option()] = None,
+    nats_password: Annotated[str | None, typer.Option(envvar="AACO_NATS_PASSWORD")] = None,
+    nats_token: Annotated[str | None, typer.Option(envvar="AACO_NATS_TOKEN")] = None,
+    nats_tls_ca: Annotated[str | None, typer.Option()] = None,
+    log_level: Annotated[str, typer.Option()] = "INFO",
+) -> None:
+    """The always-on daemon: collectors -> NATS -> analytics -> /metrics."""
+    from collectors.ort import InputError, ModelError
+    from exporter.daemon import DaemonOptions, run_daemon
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: "
+                        "%(message)s")
+    host, _, port = metrics_addr.rpartition(":")
+    if not port.isdigit():
+        _fail(f"--metrics-addr {metrics_addr!r} is not HOST:PORT")
+    opts = DaemonOptions(model=model, model_name=model_name, metrics_host=host or "0.0.0.0",
+                         metrics_port=int(port), pids=list(pid), collectors=list(collector),
+                         window_s=window, duration_s=duration, state_dir=state_dir,
+                         rocprof_dir=rocprof_dir)
+    cfg = _bus_cfg(nats, nats_creds, nats_user, nats_password, nats_token, nats_tls_ca)
+    try:
+        asyncio.run(run_daemon(opts, cfg))
+    except (ModelError, InputError, BusError, NatsServerError, OSError) as e:
+        _fail(str(e))
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

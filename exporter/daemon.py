@@ -1,0 +1,138 @@
+"""``aaco-exporter run``: the always-on daemon.
+
+Starts (or connects to) the bus, the durable analytics consumer, the
+Prometheus sink and its ``/metrics`` endpoint, then drives the configured
+collectors until SIGINT/SIGTERM (or ``duration_s``). Collectors: ``ort``
+when a model is given, the scheduler collector for the watched pids
+(``sched`` if that plugin is installed, it picks eBPF or /proc; else
+``proc``), ``gpu`` when installed, ``rocprof`` when a directory is given,
+plus any named with ``--collector``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import PlatformCollector, ProcessCollector, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+
+from collectors.base import Collector, CollectorContext, available, create
+from exporter import schema
+from exporter.bus import BusConfig
+from exporter.pipeline import Pipeline
+from exporter.sinks.prometheus import PromState
+from stream_analytics.consumer import AnalyticsConsumer
+
+log = logging.getLogger("aaco.daemon")
+VERSION = "0.1.0"
+
+
+@dataclass
+class DaemonOptions:
+    model: str | None = None
+    model_name: str | None = None
+    metrics_host: str = "0.0.0.0"
+    metrics_port: int = 9464
+    pids: list[int] = field(default_factory=list)
+    collectors: list[str] = field(default_factory=list)
+    collector_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    window_s: float = 30.0
+    duration_s: float | None = None
+    state_dir: str | None = None
+    rocprof_dir: str | None = None
+    host: str = field(default_factory=socket.gethostname)
+
+
+def _build_collectors(opts: DaemonOptions, pids: set[int]) -> list[Collector]:
+    names: list[str] = []
+    if opts.model:
+        names.append("ort")
+    names.append("sched" if "sched" in available() else "proc")
+    if "gpu" in available():
+        names.append("gpu")
+    if opts.rocprof_dir:
+        names.append("rocprof")
+    names += [n for n in opts.collectors if n not in names]
+    out: list[Collector] = []
+    for name in names:
+        o = dict(opts.collector_options.get(name, {}))
+        if name == "ort":
+            o.setdefault("model", opts.model)
+            o.setdefault("model_name", opts.model_name)
+        if name == "rocprof":
+            o.setdefault("dir", opts.rocprof_dir)
+        out.append(create(name, CollectorContext(opts.host, pids, o, log.info)))
+    return out
+
+
+async def run_daemon(opts: DaemonOptions, bus_cfg: BusConfig,
+                     ready: asyncio.Event | None = None) -> None:
+    """Run until a signal or ``opts.duration_s``; never exits on bad input."""
+    pids: set[int] = set(opts.pids)
+    pipe = Pipeline(opts.host, bus_cfg,
+                    state_dir=Path(opts.state_dir) if opts.state_dir else None)
+    for c in _build_collectors(opts, pids):
+        pipe.add(c)
+        log.info("collector %s: source %s", c.name, c.source)
+    bus = await pipe.open()
+    consumer = AnalyticsConsumer(bus, durable=f"aaco-analytics-{schema.sanitize_token(opts.host)}",
+                                 window_s=opts.window_s, checkpoint=True)
+    await consumer.start()
+
+    def self_metrics() -> Any:
+        yield from pipe.health_metrics(lambda: consumer.drops + state.drops,
+                                       lambda: Counter(consumer.received))
+        info = GaugeMetricFamily("aaco_exporter_build_info", "Build information",
+                                 labels=["version", "schema_version"])
+        info.add_metric([VERSION, str(schema.SCHEMA_VERSION)], 1.0)
+        yield info
+
+    state = PromState(self_metrics=self_metrics)
+    pipe.registry.register(state)  # type: ignore[arg-type]
+    ProcessCollector(registry=pipe.registry)
+    PlatformCollector(registry=pipe.registry)
+
+    async def on_msg(msg: Any) -> None:
+        try:
+            sig, _, host, batch = schema.decode(msg.data, msg.headers)
+        except schema.SchemaError as e:
+            state.drops[e.reason] += 1
+            return
+        state.ingest(sig, host, batch)
+
+    for sig in ("analytics_result", "sched_sample", "gauge_sample"):
+        await bus.nc.subscribe(f"{schema.SUBJECT_PREFIX}.{sig}.>", cb=on_msg,
+                               pending_msgs_limit=1_000_000)
+    server, thread = start_http_server(opts.metrics_port, opts.metrics_host,
+                                       registry=pipe.registry)
+    log.info("serving /metrics on %s:%d", opts.metrics_host, opts.metrics_port)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for s in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(s, stop.set)
+    tasks = [asyncio.create_task(consumer.run(stop))]
+    tasks += [asyncio.create_task(pipe.run_collector(c, stop)) for c in pipe.collectors]
+    if ready is not None:
+        ready.set()
+    try:
+        if opts.duration_s is not None:
+            try:
+                await asyncio.wait_for(stop.wait(), opts.duration_s)
+            except asyncio.TimeoutError:
+                stop.set()
+        else:
+            await stop.wait()
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        server.shutdown()
+        await pipe.close()
+

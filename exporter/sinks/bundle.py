@@ -1,0 +1,111 @@
+"""Capture sink: reads a session's messages from the bus, writes the bundle.
+
+Bundle layout (one directory per session)::
+
+    session.json                     id, host, command line, start/end, versions
+    env.json                         platform, CPU, Python, library versions
+    model/model_meta.json            name, path, sha256, node counts, op histogram
+    model/graph_nodes.parquet        one row per ONNX node
+    model/graph_edges.parquet        producer -> consumer per tensor
+    profiler/kernels.parquet         KERNEL_SPAN rows, one per kernel span
+    profiler/ort_profile_*.json      ONNX Runtime's own profiles (ORT captures)
+    telemetry/system_events.parquet  SCHED_SAMPLE rows
+    telemetry/gauges.parquet         GAUGE_SAMPLE rows (when a GPU source exists)
+    metrics/inference_iters.parquet  ITERATION_SPAN rows
+    metrics/analytics.parquet        every ANALYTICS_RESULT row published
+    metrics/inference_summary.json   iterations, latency stats (ms), throughput
+    metrics/derived_metrics.json     KAR, LTS, SII, active ratio, latency (ms)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from exporter import schema
+from exporter.bus import Bus
+
+log = logging.getLogger("aaco.bundle")
+
+FILES = {
+    "kernel_span": "profiler/kernels.parquet",
+    "iteration_span": "metrics/inference_iters.parquet",
+    "sched_sample": "telemetry/system_events.parquet",
+    "gauge_sample": "telemetry/gauges.parquet",
+    "analytics_result": "metrics/analytics.parquet",
+    "graph_info": "model/graph_info.parquet",
+}
+
+
+class BundleSink:
+    """Collects every batch of one session from an ephemeral JetStream consumer."""
+
+    def __init__(self, bus: Bus, session: str | None) -> None:
+        self.bus = bus
+        self.session = session
+        self.batches: dict[str, list[pa.RecordBatch]] = defaultdict(list)
+        self.drops: Counter[str] = Counter()
+        self._sub: Any = None
+
+    async def start(self) -> None:
+        """Subscribe before the collectors start (deliver policy NEW)."""
+        cfg = ConsumerConfig(ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.NEW,
+                             inactive_threshold=300)
+        self._sub = await self.bus.js.pull_subscribe(
+            f"{schema.SUBJECT_PREFIX}.>", durable=None, stream=self.bus.cfg.stream, config=cfg)
+
+    async def step(self, timeout: float = 0.2) -> int:
+        try:
+            msgs = await self._sub.fetch(1024, timeout=timeout)
+        except (NatsTimeout, asyncio.TimeoutError):
+            return 0
+        for m in msgs:
+            hdrs = m.headers or {}
+            if self.session and hdrs.get(schema.H_SESSION) != schema.sanitize_token(self.session):
+                continue
+            try:
+                signal, _, _, batch = schema.decode(m.data, hdrs)
+            except schema.SchemaError as e:
+                self.drops[e.reason] += 1
+                continue
+            self.batches[signal].append(batch)
+        return len(msgs)
+
+    async def drain(self) -> None:
+        """Read until the consumer has nothing pending."""
+        while True:
+            n = await self.step()
+            info = await self._sub.consumer_info()
+            if n == 0 and info.num_pending == 0:
+                return
+
+    def table(self, signal: str) -> pa.Table:
+        """Everything received for ``signal`` (an empty table of its schema if none)."""
+        return pa.Table.from_batches(self.batches.get(signal) or [], schema=schema.SCHEMAS[signal])
+
+    def write(self, out: Path) -> dict[str, int]:
+        """Write every collected signal's Parquet file; returns row counts."""
+        counts: dict[str, int] = {}
+        for signal, rel in FILES.items():
+            t = self.table(signal)
+            if signal == "gauge_sample" and t.num_rows == 0:
+                continue
+            path = out / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(t, path, compression="zstd")
+            counts[signal] = t.num_rows
+        return counts
+
+
+def write_json(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")

@@ -1,0 +1,275 @@
+"""Prometheus sink: bus messages in, one custom prometheus-client collector out.
+
+:class:`PromState` keeps the latest analytics result per (host, pid, model),
+cumulative scheduler counters per (host, pid), and the latest gauge sample
+per series; :meth:`PromState.collect` renders them (client_python's custom
+collector pattern). Every name is listed in ``docs/metrics.md``.
+
+Label values are bounded: kernel families, never raw kernel names. Series of
+keys not updated for ``stale_s`` seconds are dropped.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+_UNIT_SUFFIX = {"W": "watts", "Cel": "celsius", "Hz": "hertz", "By": "bytes", "J": "joules",
+                "1": "ratio", "s": "seconds", "V": "volts", "%": "percent"}
+_BAD = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def prom_name(metric: str, unit: str, kind: str) -> str:
+    """OpenTelemetry-to-Prometheus name translation (dots, unit suffix, _total).
+
+    >>> prom_name("hw.gpu.power", "W", "gauge")
+    'hw_gpu_power_watts'
+    >>> prom_name("hw.gpu.energy", "J", "counter")
+    'hw_gpu_energy_joules_total'
+    """
+    name = _BAD.sub("_", metric)
+    suffix = _UNIT_SUFFIX.get(unit, "")
+    if suffix and not name.endswith("_" + suffix):
+        name = f"{name}_{suffix}"
+    if kind == "counter" and not name.endswith("_total"):
+        name += "_total"
+    return name
+
+
+def label_name(key: str) -> str:
+    """Attribute key to label name (``hw.gpu.task`` -> ``hw_gpu_task``)."""
+    out = _BAD.sub("_", key)
+    return out if not out[:1].isdigit() else "_" + out
+
+
+@dataclass
+class _Sched:
+    wait_ns: int = 0
+    run_ns: int = 0
+    vol: int = 0
+    invol: int = 0
+    migrations: int = 0
+    minflt: int = 0
+    majflt: int = 0
+    hist: list[int] = field(default_factory=list)
+    hist_sum_ns: float = 0.0
+    seen: float = 0.0
+
+
+class PromState:
+    """Thread-safe state fed by the bus; a prometheus-client collector.
+
+    ``self_metrics`` is called at scrape time for exporter health families
+    (received/dropped counters, collector up) owned by the daemon.
+    """
+
+    def __init__(
+        self,
+        stale_s: float = 300.0,
+        self_metrics: Callable[[], Iterator[Metric]] | None = None,
+    ) -> None:
+        self.stale_s = stale_s
+        self.self_metrics = self_metrics
+        self._lock = threading.Lock()
+        self.analytics: dict[tuple[str, str, str], tuple[float, dict[str, Any]]] = {}
+        self.sched: dict[tuple[str, str], _Sched] = {}
+        self.gauges: dict[tuple[str, str, str, tuple[tuple[str, str], ...]],
+                          tuple[float, float, str]] = {}
+        self.drops: Counter[str] = Counter()
+
+    # -- ingest ----------------------------------------------------------------
+    def ingest(self, signal: str, host: str, batch: pa.RecordBatch) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if signal == "analytics_result":
+                for row in batch.to_pylist():  # one row per key, not per kernel
+                    k = (row["host"], str(row["pid"] if row["pid"] is not None else ""),
+                         row["model"] or "")
+                    self.analytics[k] = (now, row)
+            elif signal == "sched_sample":
+                self._sched(host, batch, now)
+            elif signal == "gauge_sample":
+                self._gauges(host, batch, now)
+
+    def _sched(self, host: str, b: pa.RecordBatch, now: float) -> None:
+        t = pa.Table.from_batches([b])
+        agg = t.group_by("pid").aggregate([
+            ("runq_wait_ns", "sum"), ("run_ns", "sum"), ("voluntary_switches", "sum"),
+            ("involuntary_switches", "sum"), ("migrations", "sum"),
+            ("minor_faults", "sum"), ("major_faults", "sum")])
+        for r in agg.to_pylist():
+            s = self.sched.setdefault((host, str(r["pid"])), _Sched())
+            s.wait_ns += r["runq_wait_ns_sum"] or 0
+            s.run_ns += r["run_ns_sum"] or 0
+            s.vol += r["voluntary_switches_sum"] or 0
+            s.invol += r["involuntary_switches_sum"] or 0
+            s.migrations += r["migrations_sum"] or 0
+            s.minflt += r["minor_faults_sum"] or 0
+            s.majflt += r["major_faults_sum"] or 0
+            s.seen = now
+        hist = t.column("runq_hist_log2_ns")
+        if hist.null_count < len(hist):
+            for pid, h in zip(t.column("pid").to_pylist(), hist.to_pylist(), strict=True):
+                if not h:
+                    continue
+                s = self.sched[(host, str(pid))]
+                if len(s.hist) < len(h):
+                    s.hist.extend([0] * (len(h) - len(s.hist)))
+                for i, c in enumerate(h):
+                    s.hist[i] += c
+                    s.hist_sum_ns += c * 1.5 * (2**i)  # bucket midpoint estimate
+
+    def _gauges(self, host: str, b: pa.RecordBatch, now: float) -> None:
+        cols = {n: b.column(n).to_pylist() for n in
+                ("metric", "value", "unit", "kind", "gpu_index", "gpu_uuid", "attributes")}
+        for i, metric in enumerate(cols["metric"]):
+            value = cols["value"][i]
+            if value is None or (isinstance(value, float) and math.isnan(value)):
+                self.drops["gauge_nan"] += 1
+                continue
+            labels = {"host": host}
+            if cols["gpu_index"][i] is not None:
+                labels["gpu_index"] = str(cols["gpu_index"][i])
+            if cols["gpu_uuid"][i]:
+                labels["gpu_uuid"] = str(cols["gpu_uuid"][i])
+            for k, v in cols["attributes"][i] or []:
+                labels[label_name(k)] = str(v)
+            name = prom_name(metric, cols["unit"][i], cols["kind"][i])
+            key = (name, cols["kind"][i], metric, tuple(sorted(labels.items())))
+            self.gauges[key] = (now, float(value), cols["unit"][i])
+
+    # -- collect ---------------------------------------------------------------
+    def describe(self) -> list[Metric]:
+        return []  # unchecked collector: names vary with the sources present
+
+    def collect(self) -> Iterator[Metric]:
+        now = time.monotonic()
+        with self._lock:
+            self._expire(now)
+            yield from self._collect_analytics()
+            yield from self._collect_sched()
+            yield from self._collect_gauges()
+        if self.self_metrics is not None:
+            yield from self.self_metrics()
+
+    def _expire(self, now: float) -> None:
+        for k in [k for k, (t, _) in self.analytics.items() if now - t > self.stale_s]:
+            del self.analytics[k]
+        for k in [k for k, s in self.sched.items() if now - s.seen > self.stale_s]:
+            del self.sched[k]
+        for k in [k for k, (t, _, _) in self.gauges.items() if now - t > self.stale_s]:
+            del self.gauges[k]
+
+    def _collect_analytics(self) -> Iterator[Metric]:
+        lab = ["host", "model", "pid"]
+        kar = GaugeMetricFamily("aaco_kernel_amplification_ratio",
+                                "KAR: kernel spans per iteration / non-Constant graph nodes",
+                                labels=lab)
+        lts = GaugeMetricFamily("aaco_launch_tax_ratio",
+                                "LTS: launch overhead / kernel time over the window", labels=lab)
+        sii = GaugeMetricFamily("aaco_scheduler_interference_ratio",
+                                "SII: run-queue wait / wall time of the workload's active threads",
+                                labels=lab)
+        act = GaugeMetricFamily("aaco_gpu_active_ratio",
+                                "Union of kernel busy intervals / window wall time", labels=lab)
+        lat = GaugeMetricFamily("aaco_iteration_latency_seconds",
+                                "Iteration latency over the window (stat = mean, p50, p99)",
+                                labels=[*lab, "stat"])
+        nodes = GaugeMetricFamily("aaco_graph_nodes", "Non-Constant ONNX graph nodes",
+                                  labels=lab)
+        its = CounterMetricFamily("aaco_iterations", "Inference iterations observed",
+                                  labels=lab)
+        spans = CounterMetricFamily("aaco_kernel_spans", "Kernel spans observed, by family",
+                                    labels=[*lab, "family"])
+        ktime = CounterMetricFamily("aaco_kernel_time_seconds",
+                                    "Summed kernel duration, by family", labels=[*lab, "family"])
+        for (host, pid, model), (_, r) in self.analytics.items():
+            lv = [host, model, pid]
+            for fam, col in ((kar, "kar"), (lts, "launch_tax"), (sii, "sii"),
+                             (act, "gpu_active_ratio")):
+                if r.get(col) is not None:
+                    fam.add_metric(lv, float(r[col]))
+            for stat in ("mean", "p50", "p99"):
+                v = r.get(f"latency_{stat}_s")
+                if v is not None:
+                    lat.add_metric([*lv, stat], float(v))
+            if r.get("graph_node_count") is not None:
+                nodes.add_metric(lv, float(r["graph_node_count"]))
+            its.add_metric(lv, float(r["iterations_total"]))
+            for f, n, ns in zip(r.get("family_names") or [], r.get("family_spans_total") or [],
+                                r.get("family_time_ns_total") or [], strict=True):
+                spans.add_metric([*lv, f], float(n))
+                ktime.add_metric([*lv, f], ns / 1e9)
+        yield from (kar, lts, sii, act, lat, nodes, its, spans, ktime)
+
+    def _collect_sched(self) -> Iterator[Metric]:
+        lab = ["host", "pid"]
+        wait = CounterMetricFamily("aaco_sched_runqueue_wait_seconds",
+                                   "Time the watched threads spent runnable but waiting",
+                                   labels=lab)
+        cpu = CounterMetricFamily("aaco_sched_cpu_seconds", "On-CPU time of the watched threads",
+                                  labels=lab)
+        cs = CounterMetricFamily("aaco_sched_context_switches", "Context switches",
+                                 labels=[*lab, "kind"])
+        mig = CounterMetricFamily("aaco_sched_migrations", "CPU migrations (eBPF source)",
+                                  labels=lab)
+        pf = CounterMetricFamily("aaco_sched_page_faults", "Page faults", labels=[*lab, "kind"])
+        hist = HistogramMetricFamily("aaco_sched_runqueue_latency_seconds",
+                                     "Run-queue latency, wakeup to switch-in (eBPF source)",
+                                     labels=lab)
+        for (host, pid), s in self.sched.items():
+            lv = [host, pid]
+            wait.add_metric(lv, s.wait_ns / 1e9)
+            cpu.add_metric(lv, s.run_ns / 1e9)
+            cs.add_metric([*lv, "voluntary"], s.vol)
+            cs.add_metric([*lv, "involuntary"], s.invol)
+            mig.add_metric(lv, s.migrations)
+            pf.add_metric([*lv, "minor"], s.minflt)
+            pf.add_metric([*lv, "major"], s.majflt)
+            if s.hist:
+                acc, buckets = 0, []
+                for i, c in enumerate(s.hist):
+                    acc += c
+                    buckets.append((repr(2 ** (i + 1) / 1e9), acc))
+                buckets.append(("+Inf", acc))
+                hist.add_metric(lv, buckets, s.hist_sum_ns / 1e9)
+        yield from (wait, cpu, cs, mig, pf, hist)
+
+    def _collect_gauges(self) -> Iterator[Metric]:
+        fams: dict[str, Metric] = {}
+        for (name, kind, metric, labels), (_, value, unit) in sorted(self.gauges.items()):
+            fam = fams.get(name)
+            names = [k for k, _ in labels]
+            if fam is None:
+                doc = f"{metric} ({unit}) from the GPU collector"
+                base = name[: -len("_total")] if kind == "counter" else name
+                fam = (CounterMetricFamily(base, doc, labels=names) if kind == "counter"
+                       else GaugeMetricFamily(name, doc, labels=names))
+                fams[name] = fam
+            if len(names) != len(fam.samples[0].labels if fam.samples else names):
+                self.drops["label_mismatch"] += 1
+                continue
+            fam.add_metric([v for _, v in labels], value)  # type: ignore[attr-defined]
+        yield from fams.values()
+
+
+def counters_family(name: str, doc: str, label: str, values: Mapping[str, int]) -> Metric:
+    """A counter family with one label (used for exporter health)."""
+    fam = CounterMetricFamily(name, doc, labels=[label])
+    for k, v in sorted(values.items()):
+        fam.add_metric([k], float(v))
+    return fam

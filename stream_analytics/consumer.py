@@ -1,0 +1,181 @@
+"""The analytics consumer: JetStream in, :class:`Analytics` results out.
+
+It pulls ``kernel_span``, ``iteration_span``, ``graph_info`` and
+``sched_sample`` messages through a durable pull consumer, folds them into
+the engine, publishes changed keys' results on
+``aaco.v1.analytics_result.<host>``, and only then acknowledges the inputs.
+
+Exactly-once state across restarts: after each fetched batch the engine
+state and the last processed stream sequence are checkpointed to the
+JetStream key-value bucket ``aaco_analytics`` before the acks. A consumer
+killed at any point resumes from the checkpoint; redelivered messages at or
+below the checkpointed sequence are acknowledged without being folded in
+again, and the republished result uses a message id derived from the input
+sequence range, so JetStream's duplicate window drops the copy.
+
+A message that cannot be decoded is acknowledged, logged, and counted in
+``drops[reason]`` (exported as ``aaco_exporter_events_dropped_total``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import zlib
+from collections import Counter
+from typing import Any
+
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, KeyValueConfig
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
+
+from exporter import schema
+from exporter.bus import Bus
+from stream_analytics.engine import Analytics
+
+log = logging.getLogger("aaco.analytics")
+
+INPUTS = ("kernel_span", "iteration_span", "graph_info", "sched_sample")
+KV_BUCKET = "aaco_analytics"
+
+
+class AnalyticsConsumer:
+    """One durable analytics worker.
+
+    ``window_s=None`` evaluates the whole stream (captures); ``checkpoint``
+    enables the KV checkpoint; ``deliver_all`` replays the stream from its
+    start on first creation (else only new messages).
+    """
+
+    def __init__(
+        self,
+        bus: Bus,
+        *,
+        durable: str = "aaco-analytics",
+        window_s: float | None = 30.0,
+        checkpoint: bool = True,
+        batch: int = 512,
+        deliver_all: bool = True,
+        session: str | None = None,
+    ) -> None:
+        self.bus = bus
+        self.durable = durable
+        self.engine = Analytics(window_s=window_s)
+        self.checkpoint = checkpoint
+        self.batch = batch
+        self.deliver_all = deliver_all
+        self.session = session
+        self.last_seq = 0
+        self.received: Counter[str] = Counter()
+        self.drops: Counter[str] = Counter()
+        self.results_published = 0
+        self._sub: Any = None
+        self._kv: Any = None
+
+    async def start(self) -> None:
+        """Create or bind the durable consumer and load the checkpoint."""
+        cfg = ConsumerConfig(
+            durable_name=self.durable,
+            ack_policy=AckPolicy.EXPLICIT,
+            deliver_policy=DeliverPolicy.ALL if self.deliver_all else DeliverPolicy.NEW,
+            filter_subjects=[f"{schema.SUBJECT_PREFIX}.{s}.>" for s in INPUTS],
+            max_ack_pending=20_000,
+            ack_wait=60,
+        )
+        self._sub = await self.bus.js.pull_subscribe(
+            "", durable=self.durable, stream=self.bus.cfg.stream, config=cfg
+        )
+        if self.checkpoint:
+            try:
+                self._kv = await self.bus.js.key_value(KV_BUCKET)
+            except (BucketNotFoundError, NotFoundError):
+                self._kv = await self.bus.js.create_key_value(
+                    KeyValueConfig(bucket=KV_BUCKET, history=1)
+                )
+            try:
+                entry = await self._kv.get(self.durable)
+                state = json.loads(zlib.decompress(entry.value))
+                self.engine = Analytics.from_dict(state["engine"])
+                self.last_seq = int(state["last_seq"])
+                self.drops.update(state.get("drops", {}))
+                log.info("resumed %s at stream sequence %d", self.durable, self.last_seq)
+            except KeyNotFoundError:
+                pass
+
+    async def step(self, timeout: float = 0.5) -> int:
+        """Fetch and process one batch; returns the number of messages seen."""
+        try:
+            msgs = await self._sub.fetch(self.batch, timeout=timeout)
+        except (NatsTimeout, asyncio.TimeoutError):
+            return 0
+        first = last = 0
+        for m in msgs:
+            seq = m.metadata.sequence.stream
+            if seq <= self.last_seq:
+                self.received["redelivered"] += 1
+                continue
+            first = first or seq
+            last = seq
+            hdrs = m.headers or {}
+            if self.session and hdrs.get(schema.H_SESSION) not in (None, self.session):
+                continue
+            try:
+                signal, _, host, batch = schema.decode(m.data, hdrs)
+            except schema.SchemaError as e:
+                self.drops[e.reason] += 1
+                log.warning("dropped message %s seq %d: %s", m.subject, seq, e)
+                continue
+            self.received[signal] += 1
+            try:
+                self.engine.ingest(signal, host, batch)
+            except Exception as e:  # bad values inside a well-formed batch
+                self.drops["bad_values"] += 1
+                log.warning("dropped %s batch seq %d: %s", signal, seq, e)
+        if last:
+            await self._publish_results(first, last)
+            self.last_seq = last
+            await self._save()
+        for m in msgs:
+            await m.ack()
+        return len(msgs)
+
+    async def _publish_results(self, first: int, last: int) -> None:
+        table = self.engine.results(only_dirty=True)
+        if table.num_rows:
+            await self.bus.publish_table(
+                "analytics_result", table, f"{self.durable}:{first}-{last}"
+            )
+            self.results_published += table.num_rows
+
+    async def _save(self) -> None:
+        if self._kv is None:
+            return
+        state = {"engine": self.engine.to_dict(), "last_seq": self.last_seq,
+                 "drops": dict(self.drops)}
+        await self._kv.put(self.durable, zlib.compress(json.dumps(state).encode()))
+
+    async def pending(self) -> int:
+        """Messages not yet delivered or not yet acknowledged."""
+        info = await self._sub.consumer_info()
+        return int(info.num_pending) + int(info.num_ack_pending)
+
+    async def drain(self, idle_polls: int = 2) -> None:
+        """Process until nothing is pending (used at the end of a capture)."""
+        idle = 0
+        while idle < idle_polls:
+            n = await self.step(timeout=0.2)
+            if n == 0 and await self.pending() == 0:
+                idle += 1
+            else:
+                idle = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Loop until ``stop`` is set; never raises on bad input."""
+        while not stop.is_set():
+            try:
+                await self.step()
+            except Exception as e:  # keep the daemon alive; the bus reconnects
+                self.drops["consumer_error"] += 1
+                log.error("analytics step failed: %s", e)
+                await asyncio.sleep(0.5)

@@ -1,0 +1,378 @@
+"""Online KAR, LTS, SII, active ratio and latency per (host, pid, model).
+
+The engine folds decoded bus batches into small per-key state and evaluates
+a window on demand. It never keeps kernel rows: each kernel batch is reduced
+at once, columnar, to per-iteration aggregates (count, kernel time, busy
+union, launch overhead). Definitions (see ``docs/metrics.md``):
+
+* **KAR** = kernel spans per iteration / graph ``node_count`` (non-Constant
+  nodes, from ``graph_info``).
+* **LTS** = launch overhead / kernel time, where kernel time is the sum of
+  kernel durations and launch overhead is, per kernel, ``launch_api_ns +
+  launch_delay_ns`` when a GPU trace joined them (HTA's kernel-launch
+  statistics), else per iteration the host-side gap time ``iteration
+  duration - busy union of its kernels`` (CPU execution providers).
+* **SII** = run-queue wait / wall time of the workload's active threads
+  (:mod:`stream_analytics.sii`).
+* **GPU active ratio** = union of kernel busy intervals / wall time, where
+  wall time is the sum of the window's iteration spans when the source has
+  iterations (time the workload spent inside runs; gaps between runs, such as
+  ORT session re-creation between profiling chunks, are not counted), else
+  the window's first kernel start to last kernel end (raw GPU traces).
+* **Latency** mean, p50, p99 of iteration durations (numpy ``percentile``,
+  linear interpolation), in seconds.
+
+Kernels without an iteration (raw GPU traces) are reduced per batch into
+time buckets that count toward kernel totals, busy time and LTS, but not
+toward KAR or latency.
+
+>>> import pyarrow as pa
+>>> eng = Analytics(window_s=None)
+>>> eng.ingest("graph_info", "h", pa.table({"model": ["m"], "node_count": [2], "pid": [1]}))
+>>> eng.ingest("kernel_span", "h", pa.table({
+...     "model": ["m", "m"], "pid": [1, 1], "iteration": [0, 0],
+...     "start_ns": [0, 60], "end_ns": [50, 100], "duration_ns": [50, 40],
+...     "kernel_family": ["gemm", "copy"]}))
+>>> eng.ingest("iteration_span", "h", pa.table({
+...     "model": ["m"], "pid": [1], "iteration": [0],
+...     "start_ns": [0], "end_ns": [100], "duration_ns": [100]}))
+>>> r = eng.results(now_ns=200).to_pylist()[0]
+>>> r["kar"], r["launch_tax"], r["gpu_active_ratio"]
+(1.0, 0.1111111111111111, 0.9)
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from stream_analytics.sii import active_totals
+
+Key = tuple[str, int, str]
+"""(host, pid, model); pid -1 and model "" when unknown."""
+
+
+@dataclass
+class Rec:
+    """Aggregate of one iteration (or one time bucket when ``iteration < 0``)."""
+
+    iteration: int
+    start_ns: int
+    end_ns: int
+    duration_ns: int  # iteration span duration; 0 for buckets
+    kernels: int = 0
+    kernel_ns: int = 0
+    busy_ns: int = 0
+    max_end: int = 0
+    launch_ns: int = 0
+    launch_known: bool = False
+
+    def as_list(self) -> list[Any]:
+        return [self.iteration, self.start_ns, self.end_ns, self.duration_ns, self.kernels,
+                self.kernel_ns, self.busy_ns, self.max_end, self.launch_ns, self.launch_known]
+
+
+@dataclass
+class KeyState:
+    """Everything the engine remembers about one (host, pid, model)."""
+
+    node_count: int | None = None
+    pending: dict[int, Rec] = field(default_factory=dict)  # kernels seen, span not yet
+    window: deque[Rec] = field(default_factory=deque)  # completed iterations and buckets
+    kernel_spans_total: int = 0
+    iterations_total: int = 0
+    family_spans: Counter[str] = field(default_factory=Counter)
+    family_ns: Counter[str] = field(default_factory=Counter)
+    dirty: bool = False
+
+
+def _col(t: pa.Table, name: str, default: Any, n: int) -> pa.Array:
+    if name in t.column_names:
+        c = t.column(name).combine_chunks()
+        if pa.types.is_dictionary(c.type):
+            c = c.cast(c.type.value_type)
+        return c.fill_null(default) if default is not None else c
+    return pa.repeat(pa.scalar(default), n) if default is not None else pa.nulls(n)
+
+
+def _busy_union(start: np.ndarray[Any, Any], end: np.ndarray[Any, Any], carry: int) -> tuple[int, int]:
+    """Union length of intervals sorted by start, given a previous max end."""
+    if len(start) == 0:
+        return 0, carry
+    m = np.maximum.accumulate(np.maximum(end, carry))
+    prev = np.empty_like(m)
+    prev[0] = carry
+    prev[1:] = m[:-1]
+    lo = np.maximum(start, prev)
+    return int(np.clip(end - lo, 0, None).sum()), int(m[-1])
+
+
+class Analytics:
+    """The online engine; ``window_s=None`` keeps everything (captures)."""
+
+    def __init__(self, window_s: float | None = 30.0, bucket_s: float = 1.0) -> None:
+        self.window_s = window_s
+        self.bucket_ns = int(bucket_s * 1e9)
+        self.keys: dict[Key, KeyState] = {}
+        self.nodes: dict[tuple[str, str], int] = {}  # (host, model) -> node_count
+        self.sched: dict[tuple[str, int], deque[tuple[int, int, int]]] = {}
+        self.drops: Counter[str] = Counter()
+
+    # -- ingest --------------------------------------------------------------
+    def ingest(self, signal: str, host: str, batch: pa.RecordBatch | pa.Table) -> None:
+        """Fold one decoded batch in; unknown signals are ignored."""
+        t = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
+        if t.num_rows == 0:
+            return
+        if signal == "kernel_span":
+            self._kernels(host, t)
+        elif signal == "iteration_span":
+            self._iterations(host, t)
+        elif signal == "graph_info":
+            self._graph(host, t)
+        elif signal == "sched_sample":
+            self._sched(host, t)
+
+    def _state(self, key: Key) -> KeyState:
+        st = self.keys.get(key)
+        if st is None:
+            st = self.keys[key] = KeyState()
+            st.node_count = self.nodes.get((key[0], key[2]))
+        return st
+
+    def _graph(self, host: str, t: pa.Table) -> None:
+        for model, n in zip(t.column("model").to_pylist(), t.column("node_count").to_pylist(),
+                            strict=True):
+            self.nodes[(host, str(model))] = int(n)
+            for k, st in self.keys.items():
+                if k[0] == host and k[2] == model:
+                    st.node_count = int(n)
+
+    def _kernels(self, host: str, t: pa.Table) -> None:
+        n = t.num_rows
+        model = _col(t, "model", "", n)
+        pid = _col(t, "pid", -1, n)
+        it = _col(t, "iteration", -1, n)
+        start = _col(t, "start_ns", 0, n).to_numpy()
+        end = _col(t, "end_ns", 0, n).to_numpy()
+        dur = end - start
+        raw_dur = dur
+        fam = _col(t, "kernel_family", "other", n)
+        api = _col(t, "launch_api_ns", None, n)
+        delay = _col(t, "launch_delay_ns", None, n)
+        launch_known = pc.or_(pc.is_valid(api), pc.is_valid(delay)).to_numpy(zero_copy_only=False)
+        launch = (pc.fill_null(api, 0).to_numpy() if api.null_count < n else np.zeros(n, np.int64)) \
+            + (pc.fill_null(delay, 0).to_numpy() if delay.null_count < n else np.zeros(n, np.int64))
+        itn = it.to_numpy()
+        bucket = np.where(itn < 0, -1 - start // self.bucket_ns, itn)
+        g = pa.table({"model": model, "pid": pid, "g": bucket, "start": start})
+        order = pc.sort_indices(g, [("model", "ascending"), ("pid", "ascending"),
+                                    ("g", "ascending"), ("start", "ascending")]).to_numpy()
+        keys = pa.table({"model": model, "pid": pid, "g": bucket}).take(order)
+        start, end, dur = start[order], end[order], dur[order]
+        launch, launch_known = launch[order], launch_known[order]
+        gv = bucket[order]
+        mv = keys.column("model").to_numpy(zero_copy_only=False)
+        pv = keys.column("pid").to_numpy()
+        brk = np.flatnonzero((gv[1:] != gv[:-1]) | (pv[1:] != pv[:-1]) | (mv[1:] != mv[:-1])) + 1
+        bounds = np.concatenate([[0], brk, [n]])
+        touched: set[Key] = set()
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+            key: Key = (host, int(pv[a]), str(mv[a]))
+            st = self._state(key)
+            grp = int(gv[a])
+            rec = st.pending.get(grp)
+            if rec is None:
+                rec = Rec(grp, int(start[a]), int(end[a]), 0, max_end=int(start[a]))
+                st.pending[grp] = rec
+            busy, rec.max_end = _busy_union(start[a:b], end[a:b], rec.max_end)
+            rec.busy_ns += busy
+            rec.kernels += int(b - a)
+            rec.kernel_ns += int(dur[a:b].sum())
+            rec.start_ns = min(rec.start_ns, int(start[a]))
+            rec.end_ns = max(rec.end_ns, int(end[a:b].max()))
+            if launch_known[a:b].any():
+                rec.launch_known = True
+                rec.launch_ns += int(launch[a:b].sum())
+            touched.add(key)
+        # Cumulative per-family totals (bounded label set), columnar.
+        agg = pa.table({"model": model, "pid": pid, "fam": fam, "dur": raw_dur}).group_by(
+            ["model", "pid", "fam"]
+        ).aggregate([("dur", "sum"), ("dur", "count")])
+        for m, p, f, s, c in zip(*(agg.column(x).to_pylist() for x in
+                                  ("model", "pid", "fam", "dur_sum", "dur_count")), strict=True):
+            st = self._state((host, int(p), str(m)))
+            st.family_spans[str(f)] += int(c)
+            st.family_ns[str(f)] += int(s)
+            st.kernel_spans_total += int(c)
+        for key in touched:
+            st = self.keys[key]
+            st.dirty = True
+            # Time buckets (no iteration span will come) are complete per batch.
+            for gk in [g for g in st.pending if g < 0]:
+                st.window.append(st.pending.pop(gk))
+            self._evict(st)
+
+    def _iterations(self, host: str, t: pa.Table) -> None:
+        n = t.num_rows
+        cols = [_col(t, c, d, n).to_pylist() for c, d in (
+            ("model", ""), ("pid", -1), ("iteration", -1),
+            ("start_ns", 0), ("end_ns", 0), ("duration_ns", 0))]
+        for model, pid, it, s, e, d in zip(*cols, strict=True):
+            key: Key = (host, int(pid), str(model))
+            st = self._state(key)
+            rec = st.pending.pop(int(it), None) or Rec(int(it), int(s), int(e), 0, max_end=int(s))
+            rec.start_ns, rec.end_ns, rec.duration_ns = int(s), int(e), int(d)
+            st.window.append(rec)
+            st.iterations_total += 1
+            st.dirty = True
+        for st in self.keys.values():
+            if st.dirty:
+                self._evict(st)
+
+    def _sched(self, host: str, t: pa.Table) -> None:
+        pids = pc.unique(t.column("pid")).to_pylist()
+        ts = int(pc.max(t.column("ts_ns")).as_py())
+        for p in pids:
+            sub = t.filter(pc.equal(t.column("pid"), p))
+            wait, wall = active_totals(sub)
+            self.sched.setdefault((host, int(p)), deque()).append((ts, wait, wall))
+            for k, st in self.keys.items():
+                if k[0] == host and k[1] == p:
+                    st.dirty = True
+
+    def _evict(self, st: KeyState) -> None:
+        if self.window_s is None or not st.window:
+            return
+        horizon = max(r.end_ns for r in st.window) - int(self.window_s * 1e9)
+        while st.window and st.window[0].end_ns < horizon:
+            st.window.popleft()
+        for g in [g for g, r in st.pending.items() if r.end_ns < horizon]:
+            self.drops["no_iteration_span"] += st.pending.pop(g).kernels
+
+    # -- evaluate ------------------------------------------------------------
+    def evaluate(self, key: Key) -> dict[str, Any]:
+        """The window's metrics for ``key`` as an ANALYTICS_RESULT row dict."""
+        st = self.keys[key]
+        host, pid, model = key
+        its = [r for r in st.window if r.iteration >= 0]
+        recs = list(st.window)
+        row: dict[str, Any] = {"host": host, "model": model or None,
+                               "pid": pid if pid >= 0 else None,
+                               "iterations": len(its), "graph_node_count": st.node_count,
+                               "kernel_spans_total": st.kernel_spans_total,
+                               "iterations_total": st.iterations_total}
+        fams = sorted(st.family_spans)
+        row["family_names"] = fams
+        row["family_spans_total"] = [st.family_spans[f] for f in fams]
+        row["family_time_ns_total"] = [st.family_ns[f] for f in fams]
+        kcount = sum(r.kernels for r in recs)
+        row["kernel_count"] = kcount
+        if not recs:
+            return row
+        w0 = min(r.start_ns for r in recs)
+        w1 = max(r.end_ns for r in recs)
+        row["window_start_ns"], row["window_end_ns"] = w0, w1
+        kernel_ns = sum(r.kernel_ns for r in recs)
+        busy = sum(r.busy_ns for r in recs)
+        if any(r.launch_known for r in recs):
+            overhead = sum(r.launch_ns for r in recs if r.launch_known)
+        else:
+            overhead = sum(max(0, r.duration_ns - r.busy_ns) for r in its)
+        row["kernel_time_ns"], row["launch_overhead_ns"] = kernel_ns, overhead
+        row["launch_tax"] = overhead / kernel_ns if kernel_ns else None
+        if its:
+            busy = sum(r.busy_ns for r in its)
+            wall = sum(r.duration_ns for r in its)
+        else:
+            wall = w1 - w0
+        row["busy_ns"], row["wall_ns"] = busy, wall
+        row["gpu_active_ratio"] = min(1.0, busy / wall) if wall > 0 else None
+        if its and st.node_count:
+            row["kar"] = sum(r.kernels for r in its) / len(its) / st.node_count
+        if its:
+            lat = np.array([r.duration_ns for r in its], dtype=np.float64) / 1e9
+            row["latency_mean_s"] = float(lat.mean())
+            row["latency_p50_s"] = float(np.percentile(lat, 50))
+            row["latency_p99_s"] = float(np.percentile(lat, 99))
+        samples = self.sched.get((host, pid))
+        if samples:
+            lo = w0 if self.window_s is not None else 0
+            sel = [(w, t) for ts, w, t in samples if ts >= lo]
+            wait, wall = sum(s[0] for s in sel), sum(s[1] for s in sel)
+            row["runq_wait_ns"], row["thread_wall_ns"] = wait, wall
+            row["sii"] = wait / wall if wall else None
+        return row
+
+    def results(self, now_ns: int | None = None, only_dirty: bool = False) -> pa.Table:
+        """ANALYTICS_RESULT rows for every key (or only those changed)."""
+        from exporter.schema import ANALYTICS_RESULT
+
+        now = now_ns if now_ns is not None else time.time_ns()
+        rows = []
+        for key, st in self.keys.items():
+            if only_dirty and not st.dirty:
+                continue
+            st.dirty = False
+            row = self.evaluate(key)
+            row["ts_ns"] = now
+            rows.append(row)
+        self._trim_sched()
+        return pa.Table.from_pylist(rows, schema=ANALYTICS_RESULT)
+
+    def _trim_sched(self) -> None:
+        if self.window_s is None:
+            return
+        horizon = time.time_ns() - int(2 * self.window_s * 1e9)
+        for dq in self.sched.values():
+            while dq and dq[0][0] < horizon:
+                dq.popleft()
+
+    # -- checkpoint ----------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able state for checkpointing (see :meth:`from_dict`)."""
+        return {
+            "window_s": self.window_s,
+            "bucket_ns": self.bucket_ns,
+            "nodes": [[h, m, n] for (h, m), n in self.nodes.items()],
+            "sched": [[h, p, list(map(list, dq))] for (h, p), dq in self.sched.items()],
+            "drops": dict(self.drops),
+            "keys": [
+                {
+                    "key": list(k),
+                    "node_count": st.node_count,
+                    "pending": [r.as_list() for r in st.pending.values()],
+                    "window": [r.as_list() for r in st.window],
+                    "kernel_spans_total": st.kernel_spans_total,
+                    "iterations_total": st.iterations_total,
+                    "family_spans": dict(st.family_spans),
+                    "family_ns": dict(st.family_ns),
+                }
+                for k, st in self.keys.items()
+            ],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Analytics:
+        eng = cls(window_s=d["window_s"])
+        eng.bucket_ns = int(d["bucket_ns"])
+        eng.nodes = {(h, m): int(n) for h, m, n in d["nodes"]}
+        eng.sched = {(h, int(p)): deque(tuple(x) for x in v) for h, p, v in d["sched"]}  # type: ignore[misc]
+        eng.drops = Counter(d["drops"])
+        for ks in d["keys"]:
+            st = KeyState(node_count=ks["node_count"])
+            st.pending = {int(r[0]): Rec(*r) for r in ks["pending"]}
+            st.window = deque(Rec(*r) for r in ks["window"])
+            st.kernel_spans_total = int(ks["kernel_spans_total"])
+            st.iterations_total = int(ks["iterations_total"])
+            st.family_spans = Counter(ks["family_spans"])
+            st.family_ns = Counter(ks["family_ns"])
+            h, p, m = ks["key"]
+            eng.keys[(str(h), int(p), str(m))] = st
+        return eng
