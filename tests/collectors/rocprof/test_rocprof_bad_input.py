@@ -108,7 +108,7 @@ def test_wrong_file_for_parser_reports_missing_column() -> None:
 
 def test_duplicate_launch_correlation_ids_keep_first(tmp_path: Path) -> None:
     src = (TD / "api" / "hip_runtime_trace.csv").read_text().splitlines()
-    launch = [x for x in src if "hipLaunchKernel" in x][0]
+    launch = next(x for x in src if "hipLaunchKernel" in x)
     p = tmp_path / "dup_synthetic_hip_api_trace.csv"
     p.write_text("\n".join([*src, launch]) + "\n")
     r = Rejects()

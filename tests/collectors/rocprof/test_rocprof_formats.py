@@ -63,9 +63,9 @@ def test_rocprofv3_current_schema_per_kernel_stats_match_hand_computation() -> N
     st = {r["kernel_name"].split("(")[0]: r for r in kernel_stats(t).to_pylist()}
     # durations (End - Start, last 6 digits): add 042437-029637=12800,
     # 094357-082957=11400, 174037-164197=9840 -> 34040, avg 34040//3=11346
-    assert (st["void addition_kernel<float>"]["calls"], st["void addition_kernel<float>"]["total_ns"],
-            st["void addition_kernel<float>"]["avg_ns"], st["void addition_kernel<float>"]["min_ns"],
-            st["void addition_kernel<float>"]["max_ns"]) == (3, 34040, 11346, 9840, 12800)
+    add = st["void addition_kernel<float>"]
+    got = (add["calls"], add["total_ns"], add["avg_ns"], add["min_ns"], add["max_ns"])
+    assert got == (3, 34040, 11346, 9840, 12800)
     # divide: 075237-064037=11200, 160837-148397=12440 -> 23640
     assert (st["divide_kernel"]["total_ns"], st["divide_kernel"]["avg_ns"]) == (23640, 11820)
     # multiply: 064037-052877=11160, 148397-138477=9920 -> 21080
@@ -127,7 +127,7 @@ def test_rocprof_compute_timestamps_both_layouts() -> None:
 def test_kineto_launch_join_matches_hand_computation() -> None:
     t = spans(TD / "mi250_minitoy_train_ROCm6_2_kineto.json.gz")
     assert t.num_rows == 14
-    row = [r for r in t.to_pylist() if r["correlation_id"] == 118][0]
+    row = next(r for r in t.to_pylist() if r["correlation_id"] == 118)
     # kernel ts 4203669603771.648 us; hipLaunchKernel ts 4203669603752.847 dur 11.502
     # -> api end 4203669603764.349; delay = 771.648 - 764.349 = 7.299 us
     assert row["launch_api_ns"] == 11502
@@ -135,7 +135,7 @@ def test_kineto_launch_join_matches_hand_computation() -> None:
     # baseTimeNanoseconds 1735632360000000000 + 4203669603771648 ns
     assert row["start_ns"] == 1735632360000000000 + 4203669603771648
     assert row["duration_ns"] == 6880 and row["pid"] == 597913
-    gemm = [r for r in t.to_pylist() if r["correlation_id"] == 121][0]
+    gemm = next(r for r in t.to_pylist() if r["correlation_id"] == 121)
     assert gemm["kernel_family"] == "gemm"  # Cijk_Alik_Bljk_... (Tensile)
 
 
