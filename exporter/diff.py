@@ -1,0 +1,223 @@
+"""Regression verdict between two session bundles (``aaco-exporter diff``).
+
+:func:`diff_sessions` compares the per-iteration latencies of a *session*
+bundle against a *baseline* bundle (``metrics/inference_iters.parquet``,
+``duration_ns``) and explains a slowdown with evidence deltas (KAR, LTS,
+SII, active ratio from ``metrics/derived_metrics.json``; per-family kernel
+time per iteration from ``profiler/kernels.parquet``).
+
+Statistics: ``latency_delta_pct`` is the change of the median latency;
+significance is a one-sided Mann-Whitney U test (session slower,
+``scipy.stats.mannwhitneyu``); a 95% bootstrap CI (1000 resamples, seed 0)
+of the median delta is reported. A regression needs all of: delta above
+``threshold_pct``, U-test p < :data:`thresholds.DIFF_ALPHA`, CI lower bound
+> 0. Confidence is ``1 - p`` for a regression; otherwise the share of
+bootstrap resamples whose delta stays at or below the threshold.
+
+Suspected cause: environmental evidence (SII increase) comes first because
+it explains the rest (a preempted host thread lengthens kernels and gaps);
+then workload evidence ranked by relative change.
+
+Writes ``<session>/regress/diff.json`` (everything) and
+``<session>/regress/verdict.json`` (the verdict, also returned).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from stream_analytics import thresholds as T
+from stream_analytics.bottleneck import RECOMMENDATIONS, classify, features_from_bundle
+
+_BOOT = 1000
+
+
+def _latencies(bundle: Path) -> np.ndarray:
+    p = bundle / "metrics" / "inference_iters.parquet"
+    if not p.is_file():
+        raise FileNotFoundError(f"{p}: missing (not a session bundle?)")
+    d = pq.read_table(p, columns=["duration_ns"]).column("duration_ns").to_numpy()
+    if len(d) < 3:
+        raise ValueError(f"{p}: need at least 3 iterations, got {len(d)}")
+    return np.asarray(d, dtype=np.float64)
+
+
+def _derived(bundle: Path) -> dict[str, Any]:
+    p = bundle / "metrics" / "derived_metrics.json"
+    return dict(json.loads(p.read_text())) if p.is_file() else {}
+
+
+def _family_time_per_iter(bundle: Path, iterations: int) -> dict[str, float]:
+    p = bundle / "profiler" / "kernels.parquet"
+    if not p.is_file() or iterations <= 0:
+        return {}
+    t = pq.read_table(p, columns=["kernel_family", "duration_ns"])
+    if t.num_rows == 0:
+        return {}
+    g = t.group_by("kernel_family").aggregate([("duration_ns", "sum")])
+    fams = pc.cast(g.column("kernel_family"), "string").to_pylist()
+    sums = g.column("duration_ns_sum").to_pylist()
+    return {str(f): float(s) / iterations for f, s in zip(fams, sums, strict=True)}
+
+
+def _pct(a: float, b: float) -> float | None:
+    return (b - a) / a * 100.0 if a else None
+
+
+def _evidence(base: Path, sess: Path, nb: int, ns: int) -> list[dict[str, Any]]:
+    db, ds = _derived(base), _derived(sess)
+    fb, fs = features_from_bundle(base), features_from_bundle(sess)
+    rows: list[dict[str, Any]] = []
+
+    def add(signal: str, a: float | None, b: float | None, cause: str, score: float) -> None:
+        rows.append({
+            "signal": signal, "baseline": a, "session": b,
+            "delta": None if a is None or b is None else b - a,
+            "delta_pct": None if a is None or b is None else _pct(a, b),
+            "cause": cause, "score": score,
+        })  # fmt: skip
+
+    def val(d: dict[str, Any], k: str, fallback: float | None) -> float | None:
+        v = d.get(k)
+        return float(v) if isinstance(v, int | float) else fallback
+
+    sii_b, sii_s = val(db, "sii", fb.sii), val(ds, "sii", fs.sii)
+    if sii_b is not None and sii_s is not None:
+        d = sii_s - sii_b
+        add(
+            "sii",
+            sii_b,
+            sii_s,
+            "cpu-bound",
+            100.0 + d / T.SII_DELTA_ABS if d >= T.SII_DELTA_ABS else 0.0,
+        )
+    for sig, key, fb_v, fs_v, cause in (
+        ("launch_tax", "launch_tax", fb.launch_tax, fs.launch_tax, "launch-bound"),
+        ("kar", "kar", fb.kar, fs.kar, "launch-bound"),
+    ):
+        a, b = val(db, key, fb_v), val(ds, key, fs_v)
+        if a is not None and b is not None:
+            p = _pct(a, b)
+            ok = p is not None and p >= T.EVIDENCE_DELTA_PCT
+            add(sig, a, b, cause, p / T.EVIDENCE_DELTA_PCT if ok and p is not None else 0.0)
+    ab, as_ = (
+        val(db, "gpu_active_ratio", fb.active_ratio),
+        val(ds, "gpu_active_ratio", fs.active_ratio),
+    )
+    if ab is not None and as_ is not None:
+        drop = ab - as_
+        add("active_ratio", ab, as_, "launch-bound",
+            drop / T.ACTIVE_DELTA_ABS if drop >= T.ACTIVE_DELTA_ABS else 0.0)  # fmt: skip
+    if fb.throttle_residency is not None and fs.throttle_residency is not None:
+        d = fs.throttle_residency - fb.throttle_residency
+        add("throttle_residency", fb.throttle_residency, fs.throttle_residency, "throttled",
+            100.0 + d / T.THROTTLE_RESIDENCY if d >= T.THROTTLE_RESIDENCY else 0.0)  # fmt: skip
+    famb, fams = _family_time_per_iter(base, nb), _family_time_per_iter(sess, ns)
+    mem = fs.mem_share is not None and fs.mem_share >= T.MEM_SHARE_MEMORY
+    for fam in sorted(set(famb) | set(fams)):
+        a, b = famb.get(fam, 0.0), fams.get(fam, 0.0)
+        p = _pct(a, b)
+        ok = p is not None and p >= T.EVIDENCE_DELTA_PCT
+        add(f"family_time_ns_per_iter[{fam}]", a, b, "memory-bound" if mem else "compute-bound",
+            p / T.EVIDENCE_DELTA_PCT if ok and p is not None else 0.0)  # fmt: skip
+    rows.sort(key=lambda r: -float(r["score"]))
+    return rows
+
+
+def _severity(delta_pct: float, threshold_pct: float, regression: bool) -> str:
+    if not regression:
+        return "none"
+    if delta_pct < 2 * threshold_pct:
+        return "minor"
+    return "major" if delta_pct < 4 * threshold_pct else "critical"
+
+
+def diff_sessions(baseline: Path, session: Path, threshold_pct: float = 5.0) -> dict[str, Any]:
+    """Compare two bundles; write ``regress/diff.json`` and ``regress/verdict.json``.
+
+    Returns the verdict dict: ``regression`` (bool), ``severity``
+    (none/minor/major/critical), ``confidence`` [0, 1], ``latency_delta_pct``
+    (median, %), ``p_value``, ``ci95_delta_pct``, ``suspected_cause`` (class,
+    signal, evidence) and ``recommendation``. Raises ``FileNotFoundError`` /
+    ``ValueError`` for a bundle without usable iteration latencies.
+    """
+    baseline, session = Path(baseline), Path(session)
+    lb, ls = _latencies(baseline), _latencies(session)
+    from scipy.stats import mannwhitneyu
+
+    mb, ms = float(np.median(lb)), float(np.median(ls))
+    delta = (ms - mb) / mb * 100.0
+    p = float(mannwhitneyu(ls, lb, alternative="greater").pvalue)
+    rng = np.random.default_rng(0)
+    bb = np.median(rng.choice(lb, (_BOOT, len(lb))), axis=1)
+    bs = np.median(rng.choice(ls, (_BOOT, len(ls))), axis=1)
+    boot = (bs - bb) / bb * 100.0
+    lo, hi = (float(v) for v in np.percentile(boot, [2.5, 97.5]))
+    regression = bool(delta > threshold_pct and p < T.DIFF_ALPHA and lo > 0)
+    conf = 1.0 - p if regression else float(np.mean(boot <= threshold_pct))
+    evidence = _evidence(baseline, session, len(lb), len(ls))
+    top = next((e for e in evidence if e["score"] > 0), None)
+    sess_class = classify(features_from_bundle(session))
+    cause_class = top["cause"] if top else (sess_class.label if regression else None)
+    verdict: dict[str, Any] = {
+        "regression": regression,
+        "severity": _severity(delta, threshold_pct, regression),
+        "confidence": round(conf, 4),
+        "latency_delta_pct": round(delta, 3),
+        "threshold_pct": threshold_pct,
+        "p_value": p,
+        "ci95_delta_pct": [round(lo, 3), round(hi, 3)],
+        "suspected_cause": {
+            "class": cause_class,
+            "signal": top["signal"] if top else None,
+            "evidence": [e for e in evidence if e["score"] > 0][:5],
+        },
+        "recommendation": RECOMMENDATIONS[cause_class] if regression and cause_class else None,
+    }
+    diff = {
+        "baseline": str(baseline),
+        "session": str(session),
+        "latency_ns": {
+            name: {"n": len(x), "mean": float(x.mean()), "p50": float(np.median(x)),
+                   "p99": float(np.percentile(x, 99))}
+            for name, x in (("baseline", lb), ("session", ls))
+        },
+        "test": {"name": "mannwhitneyu", "alternative": "greater", "p_value": p,
+                 "alpha": T.DIFF_ALPHA, "bootstrap_resamples": _BOOT},
+        "evidence": evidence,
+        "bottleneck": {"baseline": classify(features_from_bundle(baseline)).to_json(),
+                       "session": sess_class.to_json()},
+        "verdict": verdict,
+    }  # fmt: skip
+    out = session / "regress"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "diff.json").write_text(json.dumps(diff, indent=2, default=float))
+    (out / "verdict.json").write_text(json.dumps(verdict, indent=2, default=float))
+    return verdict
+
+
+def parse_threshold(threshold: float | str) -> float:
+    """``5``, ``5.0``, ``"5"`` or ``"5%"`` -> 5.0; ``ValueError`` if negative/unparsable."""
+    v = float(str(threshold).strip().rstrip("%"))
+    if v < 0:
+        raise ValueError(f"threshold must be >= 0, got {threshold!r}")
+    return v
+
+
+def main_diff(baseline: Path, session: Path, threshold: float | str = 5.0) -> int:
+    """CLI body: print the verdict JSON; exit status 1 on regression, 0 if none,
+    2 when a bundle is unusable (message on stderr)."""
+    try:
+        v = diff_sessions(Path(baseline), Path(session), parse_threshold(threshold))
+    except (FileNotFoundError, ValueError) as e:
+        print(f"aaco-exporter diff: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(v, indent=2, default=float))
+    return 1 if v["regression"] else 0

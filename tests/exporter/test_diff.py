@@ -1,0 +1,72 @@
+"""Regression verdicts between real captures (exporter.diff)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from exporter.diff import diff_sessions, main_diff, parse_threshold
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _eval_bottleneck() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "eval_bottleneck", ROOT / "benchmarks" / "eval_bottleneck.py"
+    )
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["eval_bottleneck"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def captures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Three real captures of the tiny-op chain model: two quiet, one under 3 CPU hogs."""
+    eb = _eval_bottleneck()
+    d = tmp_path_factory.mktemp("diff")
+    model = eb.build_chain_model(d / "synthetic_chain_model.onnx")
+    out = {}
+    for name, hogs in (("base", 0), ("same", 0), ("contended", 3)):
+        out[name] = eb.write_bundle(eb.record(model, 200, hogs=hogs, warmup=10), d / name)
+    return out
+
+
+@pytest.mark.slow
+def test_same_model_twice_is_not_a_regression(captures: dict[str, Path]) -> None:
+    """Two quiet captures of one model: no regression, verdict files written."""
+    v = diff_sessions(captures["base"], captures["same"], threshold_pct=5.0)
+    assert v["regression"] is False and v["severity"] == "none"
+    assert (captures["same"] / "regress" / "verdict.json").is_file()
+    diff = json.loads((captures["same"] / "regress" / "diff.json").read_text())
+    assert diff["verdict"] == json.loads(json.dumps(v))
+
+
+@pytest.mark.slow
+def test_cpu_contention_is_a_regression_blamed_on_cpu(captures: dict[str, Path]) -> None:
+    """Capture under 3 hogs on 2 cores: regression, cause cpu-bound via SII, exit 1."""
+    v = diff_sessions(captures["base"], captures["contended"])
+    assert v["regression"] is True
+    assert v["latency_delta_pct"] > 5.0 and v["confidence"] > 0.99
+    assert v["suspected_cause"]["class"] == "cpu-bound"
+    assert v["suspected_cause"]["signal"] == "sii"
+    assert v["recommendation"]
+    assert main_diff(captures["base"], captures["contended"], "5%") == 1
+
+
+def test_main_diff_unusable_bundle_exit_2(tmp_path: Path) -> None:
+    """A directory without iteration latencies is an input error (exit 2)."""
+    assert main_diff(tmp_path, tmp_path, 5.0) == 2
+
+
+def test_parse_threshold_accepts_percent_suffix() -> None:
+    """'5%' and 5 parse to 5.0; negative thresholds are rejected."""
+    assert parse_threshold("5%") == parse_threshold(5) == 5.0
+    with pytest.raises(ValueError):
+        parse_threshold("-1")
