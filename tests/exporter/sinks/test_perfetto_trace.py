@@ -1,0 +1,228 @@
+"""exporter.sinks.perfetto_trace.write_trace, checked by parsing the file with perfetto's protos."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
+
+from exporter.schema import ITERATION_SPAN, conform
+from exporter.sinks.perfetto_trace import write_trace
+
+HERE = Path(__file__).parent
+
+
+def _load(name: str, path: Path) -> ModuleType:
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
+data = _load("aaco_sink_testdata", HERE / "testdata" / "sinkdata.py")
+
+
+@dataclass
+class Parsed:
+    """Slices rebuilt per track the way trace_processor nests begin/end pairs."""
+
+    tracks: dict[int, object] = field(default_factory=dict)
+    slices: list[dict[str, object]] = field(default_factory=list)
+    counters: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
+
+
+def parse(path: Path) -> Parsed:
+    trace = Trace.FromString(path.read_bytes())
+    out = Parsed()
+    stacks: dict[int, list[dict[str, object]]] = {}
+    for p in trace.packet:
+        if p.HasField("track_descriptor"):
+            out.tracks[p.track_descriptor.uuid] = p.track_descriptor
+        if not p.HasField("track_event"):
+            continue
+        ev = p.track_event
+        st = stacks.setdefault(ev.track_uuid, [])
+        if ev.type == TrackEvent.TYPE_SLICE_BEGIN:
+            ann = {a.name: a for a in ev.debug_annotations}
+            s: dict[str, object] = {
+                "track": ev.track_uuid,
+                "ts": p.timestamp,
+                "name": ev.name,
+                "cat": ev.categories[0],
+                "parent": st[-1] if st else None,
+                "flow_out": list(ev.flow_ids),
+                "flow_in": list(ev.terminating_flow_ids),
+                "corr": ann["correlation_id"].int_value if "correlation_id" in ann else None,
+            }
+            st.append(s)
+            out.slices.append(s)
+        elif ev.type == TrackEvent.TYPE_SLICE_END:
+            st.pop()["end"] = p.timestamp
+        elif ev.type == TrackEvent.TYPE_COUNTER:
+            out.counters.setdefault(ev.track_uuid, []).append(
+                (p.timestamp, ev.double_counter_value)
+            )
+    assert all(not st for st in stacks.values()), "unbalanced begin/end"
+    return out
+
+
+def _sched(pid: int, tid: int, t0: int) -> pa.Table:
+    b = conform(
+        "sched_sample",
+        pa.table(
+            {
+                "ts_ns": [t0, t0, t0 + 10**8],
+                "interval_ns": [10**8] * 3,
+                "source": ["proc"] * 3,
+                "pid": [pid] * 3,
+                "tid": [tid, tid + 1, tid],
+                "runq_wait_ns": [25_000_000, 0, 0],
+                "run_ns": [75_000_000, 0, 10**8],
+                "voluntary_switches": [3, 0, 1],
+                "involuntary_switches": [1, 0, 0],
+            }
+        ),
+    )
+    return pa.Table.from_batches([b])
+
+
+def test_cpu_trace_slices_nest_kernels_in_iterations_on_thread_track(tmp_path: Path) -> None:
+    """magika ORT profile: a slice per kernel and iteration; each kernel nests in its iteration."""
+    ks, its = data.magika_tables()
+    an = pa.Table.from_batches(
+        [
+            conform(
+                "analytics_result",
+                pa.table(
+                    {
+                        "ts_ns": its["end_ns"],
+                        "host": ["h"] * 6,
+                        "model": its["model"],
+                        "pid": its["pid"],
+                        "iterations": [1] * 6,
+                        "kernel_count": its["kernel_count"],
+                        "sii": [0.1] * 6,
+                        "kar": pc.divide(pc.cast(its["duration_ns"], pa.float64()), 1e9),
+                        "kernel_spans_total": [96] * 6,
+                        "iterations_total": list(range(1, 7)),
+                    }
+                ),
+            )
+        ]
+    )
+    ga = pa.Table.from_batches(
+        [
+            conform(
+                "gauge_sample",
+                pa.table(
+                    {
+                        "ts_ns": its["start_ns"],
+                        "metric": ["hw.gpu.power"] * 6,
+                        "value": [100.0 + i for i in range(6)],
+                        "kind": ["gauge"] * 6,
+                        "unit": ["W"] * 6,
+                        "source": ["amdsmi"] * 6,
+                        "gpu_index": [0] * 6,
+                    }
+                ),
+            )
+        ]
+    )
+    pid, tid = its["pid"][0].as_py(), ks["tid"][0].as_py()
+    stats = write_trace(
+        tmp_path / "trace.pftrace",
+        ks,
+        its,
+        sched=_sched(pid, tid, its["start_ns"][0].as_py()),
+        gauges=ga,
+        analytics=an,
+    )
+    p = parse(stats.path)
+    assert (
+        len(p.slices) == ks.num_rows + its.num_rows == stats.kernel_slices + stats.iteration_slices
+    )
+    kernels = [s for s in p.slices if s["cat"] == "kernel"]
+    iters = [s for s in p.slices if s["cat"] == "iteration"]
+    assert len(kernels) == 576 and len(iters) == 6
+    for k in kernels:
+        parent = k["parent"]
+        assert isinstance(parent, dict) and parent["cat"] == "iteration"
+        assert parent["track"] == k["track"]
+        assert parent["ts"] <= k["ts"] <= k["end"] <= parent["end"]
+    td = p.tracks[kernels[0]["track"]]
+    assert td.thread.tid == tid and td.thread.pid == pid
+    procs = [t for t in p.tracks.values() if t.HasField("process")]
+    assert [t.process.process_name for t in procs] == [f"{data.MAGIKA_MODEL} (pid {pid})"]
+    names = {t.name: u for u, t in p.tracks.items() if t.HasField("counter")}
+    assert set(names) == {
+        "hw.gpu.power gpu0",
+        f"aaco.sii {data.MAGIKA_MODEL}",
+        f"aaco.kar {data.MAGIKA_MODEL}",
+        "aaco.sii.sched",
+    }
+    assert [v for _, v in p.counters[names["aaco.sii.sched"]]] == [0.25, 0.0]
+    assert len(p.counters[names["hw.gpu.power gpu0"]]) == 6
+    assert stats.counter_tracks == 4 and stats.flows == 0
+
+
+def test_gpu_trace_has_queue_tracks_and_launch_flows_by_correlation_id(tmp_path: Path) -> None:
+    """rocprofv3 kernels go on per-queue tracks; hipLaunchKernel links to the kernel with its
+    correlation id (the two doc CSVs are separate runs: the link is by id only)."""
+    ks = data.rocprof_kernels()
+    api = data.rocprof_hip_api()
+    empty = pa.Table.from_batches([conform("iteration_span", ITERATION_SPAN.empty_table())])
+    stats = write_trace(tmp_path / "trace.pftrace", ks, empty, hip_api=api)
+    p = parse(stats.path)
+    assert len(p.slices) == ks.num_rows + api.num_rows
+    queues = {u: t for u, t in p.tracks.items() if t.name.startswith("queue ")}
+    assert sorted(t.name for t in queues.values()) == ["queue 1", "queue 2", "queue 3", "queue 4"]
+    (agent,) = [u for u, t in p.tracks.items() if t.name == "GPU agent 4"]
+    assert all(t.parent_uuid == agent for t in queues.values())
+    kernels = [s for s in p.slices if s["cat"] == "kernel"]
+    assert all(s["track"] in queues for s in kernels)
+    per_queue = {t.name: sum(s["track"] == u for s in kernels) for u, t in queues.items()}
+    assert per_queue == {"queue 1": 4, "queue 2": 2, "queue 3": 2, "queue 4": 1}
+    src = [s for s in p.slices if s["flow_out"]]
+    dst = [s for s in p.slices if s["flow_in"]]
+    assert stats.flows == 1 and len(src) == len(dst) == 1
+    assert src[0]["name"] == "hipLaunchKernel" and src[0]["flow_out"] == dst[0]["flow_in"]
+    assert src[0]["corr"] == dst[0]["corr"] == 5
+    apis = [s for s in p.slices if s["cat"] == "hip_api"]
+    assert {p.tracks[s["track"]].thread.tid for s in apis} == {238}
+
+
+def test_launch_api_columns_make_synthetic_launch_slices_with_flows(tmp_path: Path) -> None:
+    """Without hip_api, launch_api_ns/launch_delay_ns give a 'launch' slice that ends
+    launch_delay_ns before its kernel and a flow into that kernel."""
+    ks = data.rocprof_kernels()
+    n = ks.num_rows
+    ks = ks.set_column(ks.schema.get_field_index("pid"), "pid", pa.array([238] * n, pa.int64()))
+    ks = ks.set_column(
+        ks.schema.get_field_index("launch_api_ns"),
+        "launch_api_ns",
+        pa.array([5_000] * n, pa.int64()),
+    )
+    ks = ks.set_column(
+        ks.schema.get_field_index("launch_delay_ns"),
+        "launch_delay_ns",
+        pa.array([2_000] * n, pa.int64()),
+    )
+    empty = pa.Table.from_batches([conform("iteration_span", ITERATION_SPAN.empty_table())])
+    stats = write_trace(tmp_path / "t.pftrace", ks, empty)
+    p = parse(stats.path)
+    launches = [s for s in p.slices if s["cat"] == "launch"]
+    assert len(launches) == n == stats.flows
+    by_flow = {s["flow_in"][0]: s for s in p.slices if s["flow_in"]}
+    for s in launches:
+        k = by_flow[s["flow_out"][0]]
+        assert k["corr"] == s["corr"]
+        assert k["ts"] - s["end"] == 2_000 and s["end"] - s["ts"] == 5_000
