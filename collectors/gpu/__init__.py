@@ -82,7 +82,11 @@ class AmdsmiBackend:
 
 
 class AmdSmiCliBackend:
-    """``amd-smi metric --json`` each poll, ``amd-smi static --json`` once."""
+    """``amd-smi metric --json`` each poll, ``amd-smi static --json`` once.
+
+    ``static`` gives identity (model, uuid, partitions) and the power cap and
+    VRAM size, which fill in when ``metric`` does not report them.
+    """
 
     source = "amd-smi"
 
@@ -101,14 +105,17 @@ class AmdSmiCliBackend:
                 self.devices, static = amd_smi.parse_static(
                     self.run([self.exe, "static", "--json"], self.timeout_s)
                 )
-                self._static_rows = [r for r in static.rows if r.metric == R.POWER_LIMIT]
+                self._static_rows = [
+                    r for r in static.rows if r.metric in (R.POWER_LIMIT, R.MEMORY_LIMIT)
+                ]
             except (CliError, R.ParseError) as e:
                 res.drop(e.reason, str(e))
-        res.extend(
-            amd_smi.parse_metric(
-                self.run([self.exe, "metric", "--json"], self.timeout_s), self.devices
-            )
-        )
+        try:
+            text = self.run([self.exe, "metric", "--json"], self.timeout_s)
+            res.extend(amd_smi.parse_metric(text, self.devices))
+        except (CliError, R.ParseError) as e:
+            res.drop(e.reason, str(e))
+            return res
         have = {(r.metric, r.gpu_index) for r in res.rows}
         res.rows.extend(r for r in self._static_rows if (r.metric, r.gpu_index) not in have)
         return res
