@@ -360,8 +360,11 @@ GPU = DashboardSpec(
                 PanelSpec(
                     "timeseries",
                     "Power",
-                    "Board power draw.",
-                    (_gpu(f"hw_gpu_power_watts{{{HG}}}", "GPU {{gpu_index}}"),),
+                    "Board power draw and the power cap.",
+                    (
+                        _gpu(f"hw_gpu_power_watts{{{HG}}}", "GPU {{gpu_index}} {{sensor}}"),
+                        _gpu(f"hw_gpu_power_limit_watts{{{HG}}}", "GPU {{gpu_index}} cap"),
+                    ),
                     unit="watt",
                 ),
                 PanelSpec(
@@ -393,7 +396,7 @@ GPU = DashboardSpec(
                 PanelSpec(
                     "statetimeline",
                     "Throttled",
-                    "hw_gpu_throttled per reason (1 = throttling).",
+                    "hw_gpu_throttled per reason (1 = throttling; reason any = some limiter).",
                     (_gpu(f"hw_gpu_throttled{{{HG}}}", "GPU {{gpu_index}} {{reason}}"),),
                     span=24,
                     height=6,
@@ -401,10 +404,10 @@ GPU = DashboardSpec(
                 PanelSpec(
                     "timeseries",
                     "Throttle residency",
-                    "Share of time spent throttled, per reason.",
+                    "hw_gpu_throttle_ratio: share of the interval each MI300 limiter was active.",
                     (
                         _gpu(
-                            f"hw_gpu_throttle_residency_ratio{{{HG}}}",
+                            f"hw_gpu_throttle_ratio{{{HG}}}",
                             "GPU {{gpu_index}} {{reason}}",
                         ),
                     ),
@@ -412,6 +415,25 @@ GPU = DashboardSpec(
                     min=0,
                     max=1,
                     span=24,
+                ),
+                PanelSpec(
+                    "timeseries",
+                    "ECC errors / s",
+                    "rate(hw_gpu_ecc_errors_total) by type (correctable, uncorrectable, deferred).",
+                    (
+                        _gpu(
+                            f"rate(hw_gpu_ecc_errors_total{{{HG}}}[{RI}])",
+                            "GPU {{gpu_index}} {{type}}",
+                        ),
+                    ),
+                    unit="ops",
+                ),
+                PanelSpec(
+                    "timeseries",
+                    "PCIe replays / s",
+                    "rate(hw_gpu_pcie_replays_total): link-level retransmissions.",
+                    (_gpu(f"rate(hw_gpu_pcie_replays_total{{{HG}}}[{RI}])", "GPU {{gpu_index}}"),),
+                    unit="ops",
                 ),
             ),
         ),

@@ -80,7 +80,7 @@ def test_every_alert_has_firing_and_silent_unit_test_cases() -> None:
 
 
 def test_every_recording_rule_is_exercised_by_a_unit_test() -> None:
-    """Each recording rule's name appears in a promtool unit test or in another rule's expression."""
+    """Each recording rule appears in a promtool unit test or in another rule's expression."""
     records = [r["record"] for r in _rules() if "record" in r]
     tested = "\n".join(p.read_text() for p in RULE_TESTS)
     used = "\n".join(r["expr"] for r in _rules())
@@ -89,7 +89,7 @@ def test_every_recording_rule_is_exercised_by_a_unit_test() -> None:
 
 
 def test_alerts_have_severity_summary_and_runbook_in_operations_doc() -> None:
-    """Every alert carries a severity label, a summary and a runbook anchor documented in docs/operations.md."""
+    """Every alert has a severity, a summary and a runbook anchor present in docs/operations.md."""
     doc = (REPO / "docs" / "operations.md").read_text().lower()
     for rule in _rules():
         if "alert" not in rule:
