@@ -106,16 +106,30 @@ class _MetricsServicer(metrics_service_pb2_grpc.MetricsServiceServicer):  # type
 
 
 class GrpcReceiver(_Sink):
-    """OTLP/gRPC receiver on ``127.0.0.1``; ``endpoint`` is ``host:port``."""
+    """OTLP/gRPC receiver on ``127.0.0.1``; ``endpoint`` is ``host:port``.
 
-    def __init__(self) -> None:
+    ``tls=(server_key_pem, server_cert_pem, client_ca_pem | None)`` serves TLS
+    instead of plaintext; with a client CA the client must present a
+    certificate signed by it (mutual TLS).
+    """
+
+    def __init__(self, tls: tuple[bytes, bytes, bytes | None] | None = None) -> None:
         super().__init__()
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_TraceServicer(self), self.server)
         metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(
             _MetricsServicer(self), self.server
         )
-        port = self.server.add_insecure_port("127.0.0.1:0")
+        if tls is None:
+            port = self.server.add_insecure_port("127.0.0.1:0")
+        else:
+            key, cert, client_ca = tls
+            creds = grpc.ssl_server_credentials(
+                [(key, cert)],
+                root_certificates=client_ca,
+                require_client_auth=client_ca is not None,
+            )
+            port = self.server.add_secure_port("127.0.0.1:0", creds)
         self.endpoint = f"127.0.0.1:{port}"
 
     def __enter__(self) -> GrpcReceiver:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
+import shutil
+import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
@@ -212,3 +215,105 @@ def test_config_rejects_bad_protocol_and_half_client_cert() -> None:
         OtlpConfig(protocol="thrift")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="client_cert_file"):
         OtlpConfig(client_cert_file="c.pem")
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def _pki(d: Path) -> None:
+    """CA, server cert for 127.0.0.1 and a client cert, all signed by the CA."""
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=aaco-test-ca",
+        cwd=d,
+    )
+    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    for who in ("server", "client"):
+        _openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            f"{who}.key",
+            "-out",
+            f"{who}.csr",
+            "-subj",
+            f"/CN=aaco-{who}",
+            cwd=d,
+        )
+        _openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{who}.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            f"{who}.pem",
+            "-days",
+            "1",
+            "-extfile",
+            "san.ext",
+            cwd=d,
+        )
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
+def test_grpc_mutual_tls_with_ca_and_client_certificate(tmp_path: Path) -> None:
+    """ca_file + client_cert_file/client_key_file: spans arrive over mTLS; without the
+    client certificate the receiver gets nothing."""
+    _pki(tmp_path)
+    tls = (
+        (tmp_path / "server.key").read_bytes(),
+        (tmp_path / "server.pem").read_bytes(),
+        (tmp_path / "ca.pem").read_bytes(),
+    )
+    ks, its = data.magika_tables()
+    with rx.GrpcReceiver(tls=tls) as r:
+        base = OtlpConfig(
+            endpoint=r.endpoint,
+            ca_file=str(tmp_path / "ca.pem"),
+            sample_every=1000,
+            top_k=1,
+            timeout_s=2.0,
+        )
+        no_client = OtlpSink(base)
+        try:
+            no_client.ingest("iteration_span", its, "node-1")
+            no_client.flush()
+        finally:
+            no_client.close()
+        rejected = len(rx.spans_of(r.traces))
+        sink = OtlpSink(
+            replace(
+                base,
+                client_cert_file=str(tmp_path / "client.pem"),
+                client_key_file=str(tmp_path / "client.key"),
+            )
+        )
+        try:
+            sink.ingest("kernel_span", ks, "node-1")
+            sink.ingest("iteration_span", its, "node-1")
+            sink.flush()
+            assert r.wait_for(lambda: len(rx.spans_of(r.traces)) >= 6 + 96 + 5)
+        finally:
+            sink.close()
+        spans = rx.spans_of(r.traces)
+    assert rejected == 0
+    assert len(spans) == 6 + 96 + 5
