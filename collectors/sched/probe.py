@@ -33,6 +33,7 @@ Errors: :class:`ProbeError` with a ``reason`` in ``no-bcc``, ``no-privilege``,
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import time
@@ -80,10 +81,7 @@ def bpf_privilege_problem(status_path: str = "/proc/self/status") -> str | None:
         return f"cannot read {status_path}: {e}"
     if eff >> _CAP_SYS_ADMIN & 1 or (eff >> _CAP_BPF & 1 and eff >> _CAP_PERFMON & 1):
         return None
-    return (
-        f"euid {os.geteuid()} lacks CAP_BPF+CAP_PERFMON (or CAP_SYS_ADMIN): "
-        f"CapEff={eff:#x}"
-    )
+    return f"euid {os.geteuid()} lacks CAP_BPF+CAP_PERFMON (or CAP_SYS_ADMIN): CapEff={eff:#x}"
 
 
 def find_kernel_headers() -> str | None:
@@ -108,8 +106,15 @@ def find_kernel_headers() -> str | None:
 
 
 def tracepoint_exists(category: str, event: str) -> bool:
-    """Whether tracefs lists ``category:event`` (checks both mount points)."""
-    return any(Path(t, "events", category, event).is_dir() for t in _TRACEFS)
+    """Whether tracefs lists ``category:event`` (checks both mount points);
+    ``False`` when tracefs is unreadable (e.g. not root)."""
+    for t in _TRACEFS:
+        try:
+            if Path(t, "events", category, event).is_dir():
+                return True
+        except OSError:
+            continue
+    return False
 
 
 @dataclass
@@ -221,9 +226,10 @@ class SchedProbe:
             f"-DHAVE_PF_USER={int(tracepoint_exists('exceptions', 'page_fault_user'))}",
         ]
         try:
-            self._bpf: Any = bcc.BPF(text=src, cflags=cflags)
+            self._bpf: Any = bcc.BPF(text=src.encode(), cflags=cflags)
         except Exception as e:  # bcc raises bare Exception for compile/attach
-            raise ProbeError("compile", f"BPF program failed to compile or attach: {e}") from e
+            msg = str(e)[:300]
+            raise ProbeError("compile", f"BPF program failed to compile or attach: {msg}") from e
         self.have_faults = "HAVE_PF_USER=1" in " ".join(cflags)
         self._tgids: set[int] = set()
         self._last = time.monotonic_ns()
@@ -238,29 +244,25 @@ class SchedProbe:
         call) and register their current threads; a pid without
         ``/proc/<pid>`` is watched in vain, without error."""
         want = {int(p) for p in tgids if int(p) > 0}
-        wt, tids = self._bpf["watched_tgids"], self._bpf["tids"]
+        wt, tids = self._bpf[b"watched_tgids"], self._bpf[b"tids"]
         for p in want - self._tgids:
             wt[wt.Key(p)] = wt.Leaf(1)
         gone = self._tgids - want
         for p in gone:
-            try:
+            with contextlib.suppress(KeyError):
                 del wt[wt.Key(p)]
-            except KeyError:
-                pass
         if gone:
             for k, v in list(tids.items()):
                 if v.value in gone:
-                    try:
+                    with contextlib.suppress(KeyError):
                         del tids[k]
-                    except KeyError:
-                        pass
         self._tgids = want
         self.refresh_threads()
 
     def refresh_threads(self) -> None:
         """Add the threads listed under ``/proc/<pid>/task`` of every watched
         pid to the kernel's ``tids`` map and drop entries of exited threads."""
-        tids = self._bpf["tids"]
+        tids = self._bpf[b"tids"]
         known = {k.value: v.value for k, v in tids.items()}
         for p in self._tgids:
             try:
@@ -273,10 +275,8 @@ class SchedProbe:
                     known[t] = p
         for t, p in known.items():
             if not os.path.exists(f"/proc/{p}/task/{t}"):
-                try:
+                with contextlib.suppress(KeyError):
                     del tids[tids.Key(t)]
-                except KeyError:
-                    pass
 
     # -- drain ---------------------------------------------------------------
 
@@ -285,19 +285,19 @@ class SchedProbe:
         per watched thread (zeros for one that did not run)."""
         self.refresh_threads()
         b = self._bpf
-        stats = {_int(k): v for k, v in b["stats"].items_lookup_and_delete_batch()}
+        stats = {_int(k): v for k, v in b[b"stats"].items_lookup_and_delete_batch()}
         hist: dict[int, list[int]] = {}
-        for k, v in b["hist"].items_lookup_and_delete_batch():
+        for k, v in b[b"hist"].items_lookup_and_delete_batch():
             h = hist.setdefault(k.tid, [0] * HIST_BUCKETS)
             h[min(k.slot, HIST_BUCKETS - 1)] += _int(v)
         pre: dict[int, dict[str, int]] = {}
-        for k, v in b["preempt"].items_lookup_and_delete_batch():
+        for k, v in b[b"preempt"].items_lookup_and_delete_batch():
             d = pre.setdefault(k.tgid, {})
             c = _cstr(k.comm)
             d[c] = d.get(c, 0) + _int(v)
-        oncpu = {k.value: v.value for k, v in b["oncpu"].items()}
-        waiting = {k.value: v.ts for k, v in b["waiting"].items()}
-        tids = {k.value: v.value for k, v in b["tids"].items()}
+        oncpu = {k.value: v.value for k, v in b[b"oncpu"].items()}
+        waiting = {k.value: v.ts for k, v in b[b"waiting"].items()}
+        tids = {k.value: v.value for k, v in b[b"tids"].items()}
         now = time.monotonic_ns()
         wall = time.time_ns()
         interval, self._last = now - self._last, now
@@ -317,8 +317,11 @@ class SchedProbe:
                 tid, s.run_ns if s else 0, s.last_run_start if s else 0, oncpu.get(tid), now
             )
             t.runq_wait_ns = self._wait.settle(
-                tid, s.runq_wait_ns if s else 0, s.last_wait_start if s else 0,
-                waiting.get(tid), now,
+                tid,
+                s.runq_wait_ns if s else 0,
+                s.last_wait_start if s else 0,
+                waiting.get(tid),
+                now,
             )
             if s is not None:
                 t.voluntary, t.involuntary = s.voluntary, s.involuntary
