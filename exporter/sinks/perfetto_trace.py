@@ -5,7 +5,8 @@ The file is a ``perfetto.protos.perfetto.trace.Trace`` (a sequence of
 trace_processor (see ``perfetto/README.md``). Layout:
 
 * **process** track per ``pid`` (named after its model when known) with a
-  **thread** track per ``(pid, tid)``; CPU kernels (``device_type != "gpu"``)
+  **thread** track per ``(pid, tid)`` (named by ``SCHED_SAMPLE.comm`` when
+  given, else ``tid <n>``); CPU kernels (``device_type != "gpu"``)
   are slices there (category ``kernel``, name = raw ``kernel_name``);
 * **iteration** slices (``ITERATION_SPAN`` rows, name ``inference``, category
   ``iteration``) go on the thread track that ran most of the iteration's CPU
@@ -106,6 +107,7 @@ class _Builder:
         self.counter_tracks = 0
         self.counter_points = 0
         self.first = True
+        self.thread_names: dict[tuple[int, int], str] = {}
 
     def packet(self) -> TracePacket:
         p = self.trace.packet.add()
@@ -132,7 +134,8 @@ class _Builder:
         if key not in self.threads:
             self.process(pid)
             u = self.uuid()
-            d = ThreadDescriptor(pid=pid, tid=tid, thread_name=f"tid {tid}")
+            name = self.thread_names.get(key) or f"tid {tid}"
+            d = ThreadDescriptor(pid=pid, tid=tid, thread_name=name)
             self.packet().track_descriptor.CopyFrom(TrackDescriptor(uuid=u, thread=d))
             self.threads[key] = u
         return self.threads[key]
@@ -253,6 +256,14 @@ def write_trace(
     missing column.
     """
     b = _Builder()
+    if sched is not None and sched.num_rows:
+        comms = zip(
+            sched.column("pid").to_pylist(),
+            sched.column("tid").to_pylist(),
+            sched.column("comm").to_pylist(),
+            strict=True,
+        )
+        b.thread_names = {(int(p), int(t)): str(c) for p, t, c in comms if c}
     nk = kernels.num_rows
     dev = pc.fill_null(pc.cast(kernels.column("device_type"), pa.string()), "cpu")
     gpu = np.asarray(pc.equal(dev, "gpu").to_numpy(zero_copy_only=False), dtype=bool)

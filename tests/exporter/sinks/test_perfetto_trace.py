@@ -89,6 +89,7 @@ def _sched(pid: int, tid: int, t0: int) -> pa.Table:
                 "run_ns": [75_000_000, 0, 10**8],
                 "voluntary_switches": [3, 0, 1],
                 "involuntary_switches": [1, 0, 0],
+                "comm": ["python3", "ort-pool", "python3"],
             }
         ),
     )
@@ -160,6 +161,7 @@ def test_cpu_trace_slices_nest_kernels_in_iterations_on_thread_track(tmp_path: P
         assert parent["ts"] <= k["ts"] <= k["end"] <= parent["end"]
     td = p.tracks[kernels[0]["track"]]
     assert td.thread.tid == tid and td.thread.pid == pid
+    assert td.thread.thread_name == "python3"  # named from SCHED_SAMPLE.comm
     procs = [t for t in p.tracks.values() if t.HasField("process")]
     assert [t.process.process_name for t in procs] == [f"{data.MAGIKA_MODEL} (pid {pid})"]
     names = {t.name: u for u, t in p.tracks.items() if t.HasField("counter")}
