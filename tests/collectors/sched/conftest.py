@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pyarrow as pa
-import pytest
 import pyarrow.compute as pc
+import pytest
 
 from stream_analytics.sii import SII
 
