@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from collectors.sched.probe import SchedProbe  # noqa: E402
+from collectors.sched.probe import SchedProbe
 
 
 def pingpong(n: int, on_start: object = None) -> tuple[float, list[int]]:
