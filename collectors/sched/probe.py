@@ -5,7 +5,8 @@ watched thread, on the stable tracepoints ``sched:sched_wakeup``,
 ``sched:sched_wakeup_new``, ``sched:sched_switch``, ``sched:sched_migrate_task``
 and ``exceptions:page_fault_user`` (when the kernel has it). Nothing is sent
 per event: :meth:`SchedProbe.drain` reads and deletes the maps once per
-interval (``BPF_MAP_LOOKUP_AND_DELETE_BATCH``) and :func:`to_table` turns the
+interval (``BPF_MAP_LOOKUP_BATCH``; the counters are cumulative and user
+space subtracts, so no update is lost at the boundary) and :func:`to_table` turns the
 result into :data:`exporter.schema.SCHED_SAMPLE` rows with ``source="ebpf"``.
 
 Definitions (all ns, per interval, per thread; ``docs/sched.md`` has more):
@@ -46,6 +47,16 @@ import pyarrow as pa
 
 from exporter.schema import SCHED_SAMPLE
 
+_COUNTERS = (
+    "runq_wait_ns",
+    "run_ns",
+    "voluntary",
+    "involuntary",
+    "migrations",
+    "faults",
+    "switch_ins",
+    "no_start",
+)
 HIST_BUCKETS = 40
 """Length of ``runq_hist_log2_ns``; bucket 39 holds every wait >= 2^39 ns."""
 
@@ -236,6 +247,8 @@ class SchedProbe:
         self._run = _Credit()
         self._wait = _Credit()
         self._comms: dict[int, str] = {}
+        self._prev_stats: dict[int, tuple[int, ...]] = {}
+        self._prev_hist: dict[tuple[int, int], int] = {}
 
     # -- watched set ---------------------------------------------------------
 
@@ -281,15 +294,17 @@ class SchedProbe:
     # -- drain ---------------------------------------------------------------
 
     def drain(self) -> Drain:
-        """Read and delete the per-interval maps; one :class:`ThreadStats`
-        per watched thread (zeros for one that did not run)."""
+        """Per-interval deltas of the kernel's cumulative per-thread counters;
+        one :class:`ThreadStats` per watched thread (zeros for one that did
+        not run), plus a last one for a thread that exited or stopped being
+        watched, whose map entries are then deleted."""
         self.refresh_threads()
         b = self._bpf
-        stats = {_int(k): v for k, v in b[b"stats"].items_lookup_and_delete_batch()}
-        hist: dict[int, list[int]] = {}
-        for k, v in b[b"hist"].items_lookup_and_delete_batch():
-            h = hist.setdefault(k.tid, [0] * HIST_BUCKETS)
-            h[min(k.slot, HIST_BUCKETS - 1)] += _int(v)
+        raw = {_int(k): v for k, v in b[b"stats"].items_lookup_batch()}
+        hist_cum: dict[tuple[int, int], int] = {}
+        for k, v in b[b"hist"].items_lookup_batch():
+            key = (k.tid, min(k.slot, HIST_BUCKETS - 1))
+            hist_cum[key] = hist_cum.get(key, 0) + _int(v)
         pre: dict[int, dict[str, int]] = {}
         for k, v in b[b"preempt"].items_lookup_and_delete_batch():
             d = pre.setdefault(k.tgid, {})
@@ -302,9 +317,22 @@ class SchedProbe:
         wall = time.time_ns()
         interval, self._last = now - self._last, now
 
+        zeros = (0,) * len(_COUNTERS)
+        hist: dict[int, list[int]] = {}
+        for (tid, slot), n in hist_cum.items():
+            dn = n - self._prev_hist.get((tid, slot), 0)
+            if dn:
+                hist.setdefault(tid, [0] * HIST_BUCKETS)[slot] += dn
         out: list[ThreadStats] = []
-        for tid in sorted(set(tids) | set(stats)):
-            s = stats.get(tid)
+        for tid in sorted(set(tids) | set(raw)):
+            s = raw.get(tid)
+            cum = tuple(int(getattr(s, f)) for f in _COUNTERS) if s is not None else zeros
+            prev = self._prev_stats.get(tid, zeros)
+            delta = dict(
+                zip(_COUNTERS, (c - p for c, p in zip(cum, prev, strict=True)), strict=True)
+            )
+            if tid not in tids and not any(delta.values()):
+                continue
             pid = s.tgid if s is not None and s.tgid else tids.get(tid, 0)
             comm = _cstr(s.comm) if s is not None else ""
             if comm:
@@ -314,20 +342,28 @@ class SchedProbe:
                 self._comms[tid] = comm
             t = ThreadStats(pid=pid, tid=tid, comm=comm, hist=hist.get(tid, [0] * HIST_BUCKETS))
             t.run_ns = self._run.settle(
-                tid, s.run_ns if s else 0, s.last_run_start if s else 0, oncpu.get(tid), now
+                tid, delta["run_ns"], s.last_run_start if s else 0, oncpu.get(tid), now
             )
             t.runq_wait_ns = self._wait.settle(
-                tid,
-                s.runq_wait_ns if s else 0,
-                s.last_wait_start if s else 0,
-                waiting.get(tid),
-                now,
+                tid, delta["runq_wait_ns"], s.last_wait_start if s else 0, waiting.get(tid), now
             )
-            if s is not None:
-                t.voluntary, t.involuntary = s.voluntary, s.involuntary
-                t.migrations, t.faults = s.migrations, s.faults
-                t.switch_ins, t.no_start = s.switch_ins, s.no_start
+            t.voluntary, t.involuntary = delta["voluntary"], delta["involuntary"]
+            t.migrations, t.faults = delta["migrations"], delta["faults"]
+            t.switch_ins, t.no_start = delta["switch_ins"], delta["no_start"]
             out.append(t)
+            self._prev_stats[tid] = cum
+        self._prev_hist = hist_cum
+        # final rows are out: forget threads that left the watched set
+        for tid in [t for t in raw if t not in tids]:
+            with contextlib.suppress(KeyError):
+                del b[b"stats"][b[b"stats"].Key(tid)]
+            self._prev_stats.pop(tid, None)
+        stale = [k for k in hist_cum if k[0] not in tids]
+        hmap = b[b"hist"]
+        for tid, slot in stale:
+            with contextlib.suppress(KeyError):
+                del hmap[hmap.Key(tid, slot)]
+            self._prev_hist.pop((tid, slot), None)
         self._run.forget(tids)
         self._wait.forget(tids)
         for tid in [t for t in self._comms if t not in tids]:

@@ -14,21 +14,36 @@ import pytest
 from stream_analytics.sii import SII
 
 HOG = "while True: pass"
+GATED_HOG = "import sys\nsys.stdin.readline()\nwhile True: pass"
 
 
 @contextmanager
-def cpu_hogs(n: int) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """``n`` busy-looping Python processes, killed on exit."""
+def cpu_hogs(n: int, gated: bool = False) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """``n`` busy-looping Python processes, killed on exit. ``gated`` ones
+    block reading a line from stdin before they spin (see :func:`release`)."""
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for _ in range(n):
-            procs.append(subprocess.Popen([sys.executable, "-c", HOG]))
+            if gated:
+                procs.append(
+                    subprocess.Popen([sys.executable, "-c", GATED_HOG], stdin=subprocess.PIPE)
+                )
+            else:
+                procs.append(subprocess.Popen([sys.executable, "-c", HOG]))
         yield procs
     finally:
         for p in procs:
             p.kill()
         for p in procs:
             p.wait()
+
+
+def release(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Let gated hogs start spinning."""
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write(b"go\n")
+        p.stdin.flush()
 
 
 def _sii_of(table: pa.Table, pid: int) -> float | None:
@@ -44,6 +59,12 @@ def _col_sum(table: pa.Table, pid: int, name: str) -> int:
 def hogs() -> object:
     """``hogs(n)``: context manager running ``n`` busy-looping processes."""
     return cpu_hogs
+
+
+@pytest.fixture
+def release_hogs() -> object:
+    """``release_hogs(procs)``: let gated hogs start spinning."""
+    return release
 
 
 @pytest.fixture
