@@ -110,7 +110,8 @@ def create(name: str, ctx: CollectorContext) -> Collector:
     try:
         factory = _REGISTRY[name]
     except KeyError:
-        raise KeyError(f"unknown collector {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
+        known = ", ".join(sorted(_REGISTRY))
+        raise KeyError(f"unknown collector {name!r}; known: {known}") from None
     return factory(ctx)
 
 

@@ -72,7 +72,7 @@ async def connect(url: str, cfg: BusConfig) -> Client:
     delay = 0.5
     for attempt in range(cfg.connect_attempts):
         try:
-            return await nats.connect(
+            return await asyncio.wait_for(nats.connect(
                 url,
                 connect_timeout=cfg.connect_timeout_s,
                 allow_reconnect=True,
@@ -83,7 +83,7 @@ async def connect(url: str, cfg: BusConfig) -> Client:
                 user_credentials=cfg.creds_file,
                 tls=cfg.tls_context(),
                 pending_size=64 * 1024 * 1024,
-            )
+            ), timeout=cfg.connect_timeout_s + 1.0)
         except Exception as e:  # nats-py raises several unrelated types
             last = e
             if attempt + 1 < cfg.connect_attempts:

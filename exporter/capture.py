@@ -29,7 +29,7 @@ from collectors.base import CollectorContext, create
 from exporter import schema
 from exporter.bus import BusConfig
 from exporter.pipeline import Pipeline
-from exporter.sinks.bundle import BundleSink, write_json
+from exporter.sinks.bundle import BundleSink, finish, write_json
 from stream_analytics.consumer import AnalyticsConsumer
 
 
@@ -53,7 +53,7 @@ class CaptureOptions:
 def _env() -> dict[str, Any]:
     from importlib.metadata import PackageNotFoundError, version
 
-    libs = {}
+    libs: dict[str, str | None] = {}
     for lib in ("onnxruntime", "onnx", "pyarrow", "nats-py", "prometheus-client", "numpy"):
         try:
             libs[lib] = version(lib)
@@ -168,6 +168,7 @@ async def capture(opts: CaptureOptions, bus_cfg: BusConfig) -> tuple[Path, dict[
     final = mine[-1] if mine else {}
     derived = derived_metrics(final)
     write_json(out / "metrics/derived_metrics.json", derived)
+    derived["bottleneck"] = finish(out, sink, final or None).get("class")
     iters = sink.table("iteration_span")
     write_json(out / "metrics/inference_summary.json",
                inference_summary(iters.column("duration_ns").to_numpy(), opts.warmup))
@@ -204,6 +205,7 @@ def format_summary(d: dict[str, Any]) -> str:
         f"LTS  (launch tax)        {f(d.get('launch_tax'), '.4f')}",
         f"SII  (sched interference){f(d.get('sii'), '.4f'):>7}",
         f"active ratio             {f(d.get('gpu_active_ratio'), '.4f')}",
+        f"bottleneck               {d.get('bottleneck') or 'n/a'}",
         f"latency ms mean/p50/p99  {f(lat.get('mean'), '.3f')} / {f(lat.get('p50'), '.3f')}"
         f" / {f(lat.get('p99'), '.3f')}",
     ])

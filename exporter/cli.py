@@ -120,6 +120,77 @@ def run(
         _fail(str(e))
 
 
+@app.command()
+def replay(
+    paths: Annotated[list[Path], typer.Argument(help="rocprof output files or directories")],
+    out: Annotated[Path, typer.Option(help="parent directory of session bundles")] = Path(
+        "sessions"),
+    nats: NatsOpt = None,
+) -> None:
+    """Push recorded rocprof/Kineto outputs through the bus and analytics."""
+    from collectors.rocprof.formats import UnknownFormat
+    from exporter.capture import format_summary
+    from exporter.replay import replay as run_replay
+
+    try:
+        session, derived, rejects = asyncio.run(run_replay(paths, out, BusConfig(url=nats)))
+    except (FileNotFoundError, UnknownFormat, BusError, NatsServerError) as e:
+        _fail(str(e))
+        return
+    typer.echo(format_summary(derived))
+    typer.echo(f"rejected rows: {rejects.summary()}", err=True)
+    typer.echo(str(session))
+
+
+@app.command()
+def diff(
+    baseline: Annotated[Path, typer.Option(help="baseline session bundle")],
+    session: Annotated[Path, typer.Option(help="session bundle to judge")],
+    threshold: Annotated[str, typer.Option(help="latency regression threshold")] = "5%",
+) -> None:
+    """Compare two bundles; exit status 1 on a regression (for CI gates)."""
+    from exporter.diff import main_diff
+
+    raise typer.Exit(main_diff(baseline, session, threshold))
+
+
+@app.command()
+def analytics(
+    nats: Annotated[str, typer.Option("--nats", help="NATS URL of the shared bus")],
+    durable: Annotated[str, typer.Option(help="durable consumer name")] = "aaco-analytics",
+    window: Annotated[float, typer.Option(help="analytics window, seconds")] = 30.0,
+    batch: Annotated[int, typer.Option(min=1, help="messages per fetch")] = 512,
+    exit_when_idle: Annotated[bool, typer.Option(help="stop once nothing is pending")] = False,
+) -> None:
+    """A standalone analytics worker: JetStream in, analytics results out."""
+    from exporter.bus import Bus
+    from stream_analytics.consumer import AnalyticsConsumer
+
+    async def main_() -> None:
+        import signal
+        import socket
+
+        bus = await Bus.open(nats, BusConfig(url=nats), socket.gethostname())
+        consumer = AnalyticsConsumer(bus, durable=durable, window_s=window, batch=batch)
+        await consumer.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for s in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(s, stop.set)
+        try:
+            if exit_when_idle:
+                await consumer.drain()
+            else:
+                await consumer.run(stop)
+        finally:
+            await bus.close()
+
+    try:
+        asyncio.run(main_())
+    except BusError as e:
+        _fail(str(e))
+
+
 def main() -> None:
     """Console-script entry point."""
     app()

@@ -95,7 +95,7 @@ async def run_daemon(opts: DaemonOptions, bus_cfg: BusConfig,
         yield info
 
     state = PromState(self_metrics=self_metrics)
-    pipe.registry.register(state)  # type: ignore[arg-type]
+    pipe.registry.register(state)
     ProcessCollector(registry=pipe.registry)
     PlatformCollector(registry=pipe.registry)
 
@@ -107,10 +107,10 @@ async def run_daemon(opts: DaemonOptions, bus_cfg: BusConfig,
             return
         state.ingest(sig, host, batch)
 
-    for sig in ("analytics_result", "sched_sample", "gauge_sample"):
+    for sig in ("analytics_result", "sched_sample", "gauge_sample", "drift_status", "bottleneck"):
         await bus.nc.subscribe(f"{schema.SUBJECT_PREFIX}.{sig}.>", cb=on_msg,
                                pending_msgs_limit=1_000_000)
-    server, thread = start_http_server(opts.metrics_port, opts.metrics_host,
+    server, _thread = start_http_server(opts.metrics_port, opts.metrics_host,
                                        registry=pipe.registry)
     log.info("serving /metrics on %s:%d", opts.metrics_host, opts.metrics_port)
 
@@ -126,7 +126,7 @@ async def run_daemon(opts: DaemonOptions, bus_cfg: BusConfig,
         if opts.duration_s is not None:
             try:
                 await asyncio.wait_for(stop.wait(), opts.duration_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 stop.set()
         else:
             await stop.wait()

@@ -10,6 +10,7 @@ the active ``source``, errors, and the duration of every ``collect()`` call.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import Counter
@@ -105,10 +106,8 @@ class Pipeline:
             t0 = time.monotonic()
             await self.collect_once(c)
             wait = max(0.0, c.interval_s - (time.monotonic() - t0))
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=wait or 0.001)
-            except asyncio.TimeoutError:
-                pass
 
     def health_metrics(self, extra_drops: Callable[[], Counter[str]] | None = None,
                        received: Callable[[], Counter[str]] | None = None) -> Iterator[Metric]:

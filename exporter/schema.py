@@ -181,9 +181,42 @@ ANALYTICS_RESULT = pa.schema(
         pa.field("family_names", pa.list_(pa.string())),  # cumulative per family
         pa.field("family_spans_total", pa.list_(pa.int64())),
         pa.field("family_time_ns_total", pa.list_(pa.int64())),
+        pa.field("micro_kernel_count", pa.int64()),  # kernels < 10 us in the window
+        pa.field("involuntary_switches", pa.int64()),  # of the key's threads, in the window
     ]
 )
 """One row per (host, pid, model) key each time its window is evaluated."""
+
+DRIFT_STATUS = pa.schema(
+    [
+        pa.field("ts_ns", pa.int64(), nullable=False),
+        pa.field("host", pa.string(), nullable=False),
+        pa.field("stream", pa.string(), nullable=False),  # latency, kar, lts, sii, ...
+        pa.field("key", pa.string(), nullable=False),  # model, model/family or gpu index
+        pa.field("detector", pa.string(), nullable=False),  # ewma, cusum, page_hinkley, adwin
+        pa.field("drift_detected", pa.bool_(), nullable=False),
+        pa.field("drift_events_total", pa.int64(), nullable=False),
+        pa.field("last_change_ns", pa.int64()),
+        pa.field("samples", pa.int64(), nullable=False),
+    ]
+)
+"""One row per (stream, key, detector) each time a result updates it."""
+
+BOTTLENECK = pa.schema(
+    [
+        pa.field("ts_ns", pa.int64(), nullable=False),
+        pa.field("host", pa.string(), nullable=False),
+        pa.field("model", pa.string()),
+        pa.field("pid", pa.int64()),
+        pa.field("label", pa.string(), nullable=False),  # launch_bound, cpu_bound, ...
+        pa.field("confidence", pa.float64(), nullable=False),  # [0, 1]
+        pa.field("classes", pa.list_(pa.string()), nullable=False),
+        pa.field("scores", pa.list_(pa.float64()), nullable=False),  # per class, [0, 1]
+        pa.field("evidence_json", pa.string(), nullable=False),  # ranked evidence list
+        pa.field("recommendation", pa.string(), nullable=False),
+    ]
+)
+"""The bottleneck classifier's verdict per (host, pid, model) window."""
 
 SCHEMAS: Mapping[str, pa.Schema] = {
     "kernel_span": KERNEL_SPAN,
@@ -192,6 +225,8 @@ SCHEMAS: Mapping[str, pa.Schema] = {
     "gauge_sample": GAUGE_SAMPLE,
     "sched_sample": SCHED_SAMPLE,
     "analytics_result": ANALYTICS_RESULT,
+    "drift_status": DRIFT_STATUS,
+    "bottleneck": BOTTLENECK,
 }
 """Signal name -> Arrow schema. The signal name is also the subject token."""
 

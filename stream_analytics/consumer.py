@@ -26,6 +26,7 @@ import zlib
 from collections import Counter
 from typing import Any
 
+import pyarrow as pa
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, KeyValueConfig
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
@@ -33,10 +34,11 @@ from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 from exporter import schema
 from exporter.bus import Bus
 from stream_analytics.engine import Analytics
+from stream_analytics.verdicts import OnlineVerdicts
 
 log = logging.getLogger("aaco.analytics")
 
-INPUTS = ("kernel_span", "iteration_span", "graph_info", "sched_sample")
+INPUTS = ("kernel_span", "iteration_span", "graph_info", "sched_sample", "gauge_sample")
 KV_BUCKET = "aaco_analytics"
 
 
@@ -62,6 +64,8 @@ class AnalyticsConsumer:
         self.bus = bus
         self.durable = durable
         self.engine = Analytics(window_s=window_s)
+        self.verdicts = OnlineVerdicts()
+        self.last_bottleneck: list[dict[str, Any]] = []
         self.checkpoint = checkpoint
         self.batch = batch
         self.deliver_all = deliver_all
@@ -97,6 +101,8 @@ class AnalyticsConsumer:
                 entry = await self._kv.get(self.durable)
                 state = json.loads(zlib.decompress(entry.value))
                 self.engine = Analytics.from_dict(state["engine"])
+                if "verdicts" in state:
+                    self.verdicts = OnlineVerdicts.from_dict(state["verdicts"])
                 self.last_seq = int(state["last_seq"])
                 self.drops.update(state.get("drops", {}))
                 log.info("resumed %s at stream sequence %d", self.durable, self.last_seq)
@@ -107,7 +113,7 @@ class AnalyticsConsumer:
         """Fetch and process one batch; returns the number of messages seen."""
         try:
             msgs = await self._sub.fetch(self.batch, timeout=timeout)
-        except (NatsTimeout, asyncio.TimeoutError):
+        except (TimeoutError, NatsTimeout):
             return 0
         first = last = 0
         for m in msgs:
@@ -128,6 +134,8 @@ class AnalyticsConsumer:
                 continue
             self.received[signal] += 1
             try:
+                if signal == "gauge_sample":
+                    self.verdicts.ingest_gauges(host, pa.Table.from_batches([batch]))
                 self.engine.ingest(signal, host, batch)
             except Exception as e:  # bad values inside a well-formed batch
                 self.drops["bad_values"] += 1
@@ -143,16 +151,26 @@ class AnalyticsConsumer:
     async def _publish_results(self, first: int, last: int) -> None:
         table = self.engine.results(only_dirty=True)
         if table.num_rows:
-            await self.bus.publish_table(
-                "analytics_result", table, f"{self.durable}:{first}-{last}"
-            )
+            key = f"{self.durable}:{first}-{last}"
+            await self.bus.publish_table("analytics_result", table, key)
             self.results_published += table.num_rows
+            try:
+                drift, verdicts = self.verdicts.update(table)
+            except Exception as e:  # a verdict bug must not stop the metrics
+                self.drops["verdict_error"] += 1
+                log.warning("drift/bottleneck update failed: %s", e)
+                return
+            if drift.num_rows:
+                await self.bus.publish_table("drift_status", drift, key + ":d")
+            if verdicts.num_rows:
+                await self.bus.publish_table("bottleneck", verdicts, key + ":b")
+                self.last_bottleneck = verdicts.to_pylist()
 
     async def _save(self) -> None:
         if self._kv is None:
             return
         state = {"engine": self.engine.to_dict(), "last_seq": self.last_seq,
-                 "drops": dict(self.drops)}
+                 "drops": dict(self.drops), "verdicts": self.verdicts.to_dict()}
         await self._kv.put(self.durable, zlib.compress(json.dumps(state).encode()))
 
     async def pending(self) -> int:

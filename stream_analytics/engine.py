@@ -43,6 +43,7 @@ toward KAR or latency.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -53,6 +54,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stream_analytics.sii import active_totals
+
+MICRO_KERNEL_NS = 10_000
+"""Kernels shorter than this (10 us) count as micro-kernels (launch-bound evidence)."""
 
 Key = tuple[str, int, str]
 """(host, pid, model); pid -1 and model "" when unknown."""
@@ -72,10 +76,12 @@ class Rec:
     max_end: int = 0
     launch_ns: int = 0
     launch_known: bool = False
+    micro: int = 0  # kernels shorter than MICRO_KERNEL_NS
 
     def as_list(self) -> list[Any]:
         return [self.iteration, self.start_ns, self.end_ns, self.duration_ns, self.kernels,
-                self.kernel_ns, self.busy_ns, self.max_end, self.launch_ns, self.launch_known]
+                self.kernel_ns, self.busy_ns, self.max_end, self.launch_ns, self.launch_known,
+                self.micro]
 
 
 @dataclass
@@ -101,7 +107,9 @@ def _col(t: pa.Table, name: str, default: Any, n: int) -> pa.Array:
     return pa.repeat(pa.scalar(default), n) if default is not None else pa.nulls(n)
 
 
-def _busy_union(start: np.ndarray[Any, Any], end: np.ndarray[Any, Any], carry: int) -> tuple[int, int]:
+def _busy_union(
+    start: np.ndarray[Any, Any], end: np.ndarray[Any, Any], carry: int
+) -> tuple[int, int]:
     """Union length of intervals sorted by start, given a previous max end."""
     if len(start) == 0:
         return 0, carry
@@ -121,7 +129,7 @@ class Analytics:
         self.bucket_ns = int(bucket_s * 1e9)
         self.keys: dict[Key, KeyState] = {}
         self.nodes: dict[tuple[str, str], int] = {}  # (host, model) -> node_count
-        self.sched: dict[tuple[str, int], deque[tuple[int, int, int]]] = {}
+        self.sched: dict[tuple[str, int], deque[tuple[int, int, int, int]]] = {}
         self.drops: Counter[str] = Counter()
 
     # -- ingest --------------------------------------------------------------
@@ -167,8 +175,9 @@ class Analytics:
         api = _col(t, "launch_api_ns", None, n)
         delay = _col(t, "launch_delay_ns", None, n)
         launch_known = pc.or_(pc.is_valid(api), pc.is_valid(delay)).to_numpy(zero_copy_only=False)
-        launch = (pc.fill_null(api, 0).to_numpy() if api.null_count < n else np.zeros(n, np.int64)) \
-            + (pc.fill_null(delay, 0).to_numpy() if delay.null_count < n else np.zeros(n, np.int64))
+        zero = np.zeros(n, np.int64)
+        launch = (pc.fill_null(api, 0).to_numpy() if api.null_count < n else zero) + (
+            pc.fill_null(delay, 0).to_numpy() if delay.null_count < n else zero)
         itn = it.to_numpy()
         bucket = np.where(itn < 0, -1 - start // self.bucket_ns, itn)
         g = pa.table({"model": model, "pid": pid, "g": bucket, "start": start})
@@ -183,7 +192,7 @@ class Analytics:
         brk = np.flatnonzero((gv[1:] != gv[:-1]) | (pv[1:] != pv[:-1]) | (mv[1:] != mv[:-1])) + 1
         bounds = np.concatenate([[0], brk, [n]])
         touched: set[Key] = set()
-        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        for a, b in itertools.pairwise(bounds):
             key: Key = (host, int(pv[a]), str(mv[a]))
             st = self._state(key)
             grp = int(gv[a])
@@ -195,6 +204,7 @@ class Analytics:
             rec.busy_ns += busy
             rec.kernels += int(b - a)
             rec.kernel_ns += int(dur[a:b].sum())
+            rec.micro += int((dur[a:b] < MICRO_KERNEL_NS).sum())
             rec.start_ns = min(rec.start_ns, int(start[a]))
             rec.end_ns = max(rec.end_ns, int(end[a:b].max()))
             if launch_known[a:b].any():
@@ -242,7 +252,8 @@ class Analytics:
         for p in pids:
             sub = t.filter(pc.equal(t.column("pid"), p))
             wait, wall = active_totals(sub)
-            self.sched.setdefault((host, int(p)), deque()).append((ts, wait, wall))
+            invol = int(pc.sum(sub.column("involuntary_switches")).as_py() or 0)
+            self.sched.setdefault((host, int(p)), deque()).append((ts, wait, wall, invol))
             for k, st in self.keys.items():
                 if k[0] == host and k[1] == p:
                     st.dirty = True
@@ -274,6 +285,7 @@ class Analytics:
         row["family_time_ns_total"] = [st.family_ns[f] for f in fams]
         kcount = sum(r.kernels for r in recs)
         row["kernel_count"] = kcount
+        row["micro_kernel_count"] = sum(r.micro for r in recs)
         if not recs:
             return row
         w0 = min(r.start_ns for r in recs)
@@ -304,9 +316,10 @@ class Analytics:
         samples = self.sched.get((host, pid))
         if samples:
             lo = w0 if self.window_s is not None else 0
-            sel = [(w, t) for ts, w, t in samples if ts >= lo]
+            sel = [(w, t, v) for ts, w, t, v in samples if ts >= lo]
             wait, wall = sum(s[0] for s in sel), sum(s[1] for s in sel)
             row["runq_wait_ns"], row["thread_wall_ns"] = wait, wall
+            row["involuntary_switches"] = sum(s[2] for s in sel)
             row["sii"] = wait / wall if wall else None
         return row
 
@@ -363,7 +376,7 @@ class Analytics:
         eng = cls(window_s=d["window_s"])
         eng.bucket_ns = int(d["bucket_ns"])
         eng.nodes = {(h, m): int(n) for h, m, n in d["nodes"]}
-        eng.sched = {(h, int(p)): deque(tuple(x) for x in v) for h, p, v in d["sched"]}  # type: ignore[misc]
+        eng.sched = {(h, int(p)): deque(tuple(x) for x in v) for h, p, v in d["sched"]}
         eng.drops = Counter(d["drops"])
         for ks in d["keys"]:
             st = KeyState(node_count=ks["node_count"])

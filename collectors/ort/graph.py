@@ -61,11 +61,11 @@ class Graph:
     @property
     def node_count(self) -> int:
         """Nodes that can execute: every node except ``Constant``."""
-        return sum(n for op, n in self.op_histogram.items() if op != "Constant")
+        return int(sum(n for op, n in self.op_histogram.items() if op != "Constant"))
 
     @property
     def total_nodes(self) -> int:
-        return self.nodes.num_rows
+        return int(self.nodes.num_rows)
 
     def info_table(self, pid: int | None = None) -> pa.Table:
         """One GRAPH_INFO row (see :mod:`exporter.schema`)."""

@@ -71,7 +71,9 @@ def read_events(path: Path) -> pa.Table:
     try:
         return pj.read_json(
             io.BytesIO(body),
-            parse_options=pj.ParseOptions(explicit_schema=_EVENT, unexpected_field_behavior="ignore"),
+            parse_options=pj.ParseOptions(
+                explicit_schema=_EVENT, unexpected_field_behavior="ignore"
+            ),
         )
     except pa.ArrowInvalid as e:
         raise ProfileError(f"{path}: not an ONNX Runtime profile ({e})") from None
@@ -108,12 +110,14 @@ def parse_profile(
     else:
         inside = np.zeros(len(k_ts), bool)
     keep = inside & (run_idx >= skip_runs)
-    counts = np.bincount(run_idx[keep], minlength=len(run_ts)) if len(run_ts) else np.zeros(0, np.int64)
+    counts = (np.bincount(run_idx[keep], minlength=len(run_ts)) if len(run_ts)
+              else np.zeros(0, np.int64))
     ker = ker.filter(pa.array(keep))
     run_idx = run_idx[keep]
     k_ts, k_dur = k_ts[keep], k_dur[keep]
     names = pc.utf8_slice_codeunits(ker["name"], 0, -len("_kernel_time"))
-    op = ker["args"].combine_chunks().field("op_name") if ker.num_rows else pa.array([], pa.string())
+    op = (ker["args"].combine_chunks().field("op_name") if ker.num_rows
+          else pa.array([], pa.string()))
     start = start_ns + k_ts * 1000
     kernels = pa.table(
         {

@@ -66,7 +66,9 @@ def read_thread(task_dir: Path) -> ThreadCounters | None:
     comm = stat[lp + 1 : rp]
     rest = stat[rp + 2 :].split()
     # rest[0] is field 3 (state); minflt is field 10, majflt field 12.
-    return ThreadCounters(comm, int(parts[0]), int(parts[1]), vol, invol, int(rest[7]), int(rest[9]))
+    return ThreadCounters(
+        comm, int(parts[0]), int(parts[1]), vol, invol, int(rest[7]), int(rest[9])
+    )
 
 
 class ProcSampler:

@@ -15,11 +15,15 @@ Bundle layout (one directory per session)::
     metrics/analytics.parquet        every ANALYTICS_RESULT row published
     metrics/inference_summary.json   iterations, latency stats (ms), throughput
     metrics/derived_metrics.json     KAR, LTS, SII, active ratio, latency (ms)
+    metrics/bottleneck.json          class, confidence, ranked evidence, recommendation
+    metrics/drift_status.parquet     DRIFT_STATUS rows; bottleneck.parquet: BOTTLENECK rows
+    profiler/kernel_stats.parquet    per kernel name: calls, total/avg/min/max ns
+    trace.pftrace                    Perfetto trace (threads, iterations, GPU queues,
+                                     counters, launch->kernel flows)
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections import Counter, defaultdict
@@ -43,6 +47,8 @@ FILES = {
     "gauge_sample": "telemetry/gauges.parquet",
     "analytics_result": "metrics/analytics.parquet",
     "graph_info": "model/graph_info.parquet",
+    "drift_status": "metrics/drift_status.parquet",
+    "bottleneck": "metrics/bottleneck.parquet",
 }
 
 
@@ -66,7 +72,7 @@ class BundleSink:
     async def step(self, timeout: float = 0.2) -> int:
         try:
             msgs = await self._sub.fetch(1024, timeout=timeout)
-        except (NatsTimeout, asyncio.TimeoutError):
+        except (TimeoutError, NatsTimeout):
             return 0
         for m in msgs:
             hdrs = m.headers or {}
@@ -109,3 +115,33 @@ class BundleSink:
 def write_json(path: Path, obj: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def finish(out: Path, sink: BundleSink, key_row: dict[str, Any] | None) -> dict[str, Any]:
+    """Write the parts every bundle shares; returns the ``bottleneck.json`` dict.
+
+    ``key_row`` is the session's final ANALYTICS_RESULT row (the key whose
+    verdict goes into ``metrics/bottleneck.json``).
+    """
+    from exporter.sinks.perfetto_trace import write_trace
+    from stream_analytics.kernel_stats import kernel_stats
+
+    kernels = sink.table("kernel_span")
+    pq.write_table(kernel_stats(kernels), out / "profiler/kernel_stats.parquet")
+    write_trace(out / "trace.pftrace", kernels, sink.table("iteration_span"),
+                sched=sink.table("sched_sample"), gauges=sink.table("gauge_sample"),
+                analytics=sink.table("analytics_result"))
+    verdict: dict[str, Any] = {"class": None, "confidence": None}
+    if key_row is not None:
+        rows = [r for r in sink.table("bottleneck").to_pylist()
+                if r["host"] == key_row["host"] and r["model"] == key_row["model"]
+                and r["pid"] == key_row["pid"]]
+        if rows:
+            r = rows[-1]
+            verdict = {"class": r["label"], "confidence": r["confidence"],
+                       "scores": dict(zip(r["classes"], r["scores"], strict=True)),
+                       "evidence": json.loads(r["evidence_json"]),
+                       "recommendation": r["recommendation"],
+                       "thresholds": "stream_analytics/thresholds.py"}
+    write_json(out / "metrics/bottleneck.json", verdict)
+    return verdict

@@ -40,9 +40,13 @@ def prom_name(metric: str, unit: str, kind: str) -> str:
     'hw_gpu_power_watts'
     >>> prom_name("hw.gpu.energy", "J", "counter")
     'hw_gpu_energy_joules_total'
+    >>> prom_name("hw.gpu.pcie.replays", "1", "counter")
+    'hw_gpu_pcie_replays_total'
     """
     name = _BAD.sub("_", metric)
     suffix = _UNIT_SUFFIX.get(unit, "")
+    if unit == "1" and kind != "gauge":
+        suffix = ""  # OpenTelemetry adds _ratio to unit-1 gauges only
     if suffix and not name.endswith("_" + suffix):
         name = f"{name}_{suffix}"
     if kind == "counter" and not name.endswith("_total"):
@@ -89,6 +93,8 @@ class PromState:
         self.sched: dict[tuple[str, str], _Sched] = {}
         self.gauges: dict[tuple[str, str, str, tuple[tuple[str, str], ...]],
                           tuple[float, float, str]] = {}
+        self.drift: dict[tuple[str, str, str, str], tuple[float, dict[str, Any]]] = {}
+        self.bottleneck: dict[tuple[str, str, str], tuple[float, dict[str, Any]]] = {}
         self.drops: Counter[str] = Counter()
 
     # -- ingest ----------------------------------------------------------------
@@ -104,6 +110,15 @@ class PromState:
                 self._sched(host, batch, now)
             elif signal == "gauge_sample":
                 self._gauges(host, batch, now)
+            elif signal == "drift_status":
+                for row in batch.to_pylist():  # one row per (stream, key, detector)
+                    self.drift[(row["host"], row["stream"], row["key"], row["detector"])] = (
+                        now, row)
+            elif signal == "bottleneck":
+                for row in batch.to_pylist():  # one row per analytics key
+                    k = (row["host"], row["model"] or "",
+                         str(row["pid"] if row["pid"] is not None else ""))
+                    self.bottleneck[k] = (now, row)
 
     def _sched(self, host: str, b: pa.RecordBatch, now: float) -> None:
         t = pa.Table.from_batches([b])
@@ -163,16 +178,21 @@ class PromState:
             yield from self._collect_analytics()
             yield from self._collect_sched()
             yield from self._collect_gauges()
+            yield from self._collect_verdicts()
         if self.self_metrics is not None:
             yield from self.self_metrics()
 
     def _expire(self, now: float) -> None:
-        for k in [k for k, (t, _) in self.analytics.items() if now - t > self.stale_s]:
-            del self.analytics[k]
-        for k in [k for k, s in self.sched.items() if now - s.seen > self.stale_s]:
-            del self.sched[k]
-        for k in [k for k, (t, _, _) in self.gauges.items() if now - t > self.stale_s]:
-            del self.gauges[k]
+        for ka in [k for k, (t, _) in self.analytics.items() if now - t > self.stale_s]:
+            del self.analytics[ka]
+        for ks in [k for k, s in self.sched.items() if now - s.seen > self.stale_s]:
+            del self.sched[ks]
+        for kg in [k for k, (t, _, _) in self.gauges.items() if now - t > self.stale_s]:
+            del self.gauges[kg]
+        for kd in [k for k, (t, _) in self.drift.items() if now - t > self.stale_s]:
+            del self.drift[kd]
+        for kb in [k for k, (t, _) in self.bottleneck.items() if now - t > self.stale_s]:
+            del self.bottleneck[kb]
 
     def _collect_analytics(self) -> Iterator[Metric]:
         lab = ["host", "model", "pid"]
@@ -250,21 +270,53 @@ class PromState:
         yield from (wait, cpu, cs, mig, pf, hist)
 
     def _collect_gauges(self) -> Iterator[Metric]:
+        # A family's label names are the union over its series (GPUs differ in
+        # which resource attributes they have); a missing label renders as "".
+        names: dict[str, set[str]] = {}
+        for (name, _, _, labels) in self.gauges:
+            names.setdefault(name, set()).update(k for k, _ in labels)
         fams: dict[str, Metric] = {}
         for (name, kind, metric, labels), (_, value, unit) in sorted(self.gauges.items()):
+            lab = sorted(names[name])
             fam = fams.get(name)
-            names = [k for k, _ in labels]
             if fam is None:
                 doc = f"{metric} ({unit}) from the GPU collector"
                 base = name[: -len("_total")] if kind == "counter" else name
-                fam = (CounterMetricFamily(base, doc, labels=names) if kind == "counter"
-                       else GaugeMetricFamily(name, doc, labels=names))
+                fam = (CounterMetricFamily(base, doc, labels=lab) if kind == "counter"
+                       else GaugeMetricFamily(name, doc, labels=lab))
                 fams[name] = fam
-            if len(names) != len(fam.samples[0].labels if fam.samples else names):
-                self.drops["label_mismatch"] += 1
-                continue
-            fam.add_metric([v for _, v in labels], value)  # type: ignore[attr-defined]
+            d = dict(labels)
+            fam.add_metric([d.get(k, "") for k in lab], value)  # type: ignore[attr-defined]
         yield from fams.values()
+
+
+    def _collect_verdicts(self) -> Iterator[Metric]:
+        lab = ["host", "model", "stream", "series", "detector"]
+        det = GaugeMetricFamily("aaco_drift_detected",
+                                "1 while the detector reports a change in the stream", labels=lab)
+        ev = CounterMetricFamily("aaco_drift_events", "Change points detected", labels=lab)
+        last = GaugeMetricFamily("aaco_drift_last_change_timestamp_seconds",
+                                 "Data time of the last change point (Unix seconds)", labels=lab)
+        for (host, stream, key, detector), (_, r) in sorted(self.drift.items()):
+            model, _, series = key.partition("/")
+            if stream.startswith("gpu_"):
+                model, series = "", key
+            lv = [host, model, stream, series, detector]
+            det.add_metric(lv, 1.0 if r["drift_detected"] else 0.0)
+            ev.add_metric(lv, float(r["drift_events_total"]))
+            if r["last_change_ns"] is not None:
+                last.add_metric(lv, r["last_change_ns"] / 1e9)
+        yield from (det, ev, last)
+        blab = ["host", "model", "pid", "class"]
+        conf = GaugeMetricFamily("aaco_bottleneck_confidence",
+                                 "Classifier score per bottleneck class, 0-1", labels=blab)
+        info = GaugeMetricFamily("aaco_bottleneck_info",
+                                 "1 for the bottleneck class currently reported", labels=blab)
+        for (host, model, pid), (_, r) in sorted(self.bottleneck.items()):
+            for c, sc in zip(r["classes"], r["scores"], strict=True):
+                conf.add_metric([host, model, pid, c], float(sc))
+            info.add_metric([host, model, pid, r["label"]], 1.0)
+        yield from (conf, info)
 
 
 def counters_family(name: str, doc: str, label: str, values: Mapping[str, int]) -> Metric:

@@ -42,8 +42,6 @@ def test_gpu_exposition_passes_promtool_lint() -> None:
     assert (out.returncode, out.stdout + out.stderr) == (0, b"")
 
 
-@pytest.mark.xfail(strict=True, reason="sink keys a family's labels on its first series; "
-                   "GPUs with fewer resource attributes are dropped (label_mismatch)")
 def test_sink_keeps_gpus_with_different_resource_attributes() -> None:
     """Two GPUs, one with model/uuid/partition attributes and one without: both exported."""
     prom = pytest.importorskip("exporter.sinks.prometheus")

@@ -1,0 +1,108 @@
+"""Online drift status and bottleneck verdicts from analytics results.
+
+:class:`OnlineVerdicts` is fed every ANALYTICS_RESULT row the engine emits
+(and the host's recent GAUGE_SAMPLE batches) and returns DRIFT_STATUS and
+BOTTLENECK tables (:mod:`exporter.schema`). Detectors are those of
+:mod:`stream_analytics.drift`; the classifier and its thresholds are those of
+:mod:`stream_analytics.bottleneck` / :mod:`stream_analytics.thresholds`.
+Features come from the result row, so no kernel rows are kept:
+
+* ``kernel_rate_hz`` = kernel_count / (window_end - window_start)
+* ``mean_kernel_ns`` = kernel_time_ns / kernel_count
+* ``micro_kernel_share`` = micro_kernel_count / kernel_count
+* ``invol_switch_rate_hz`` = involuntary_switches / thread_wall_ns (per active thread)
+* KAR, LTS, SII, active ratio as computed by the engine
+* GPU activity, throttle residency, power and clock signals from gauges
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from typing import Any
+
+import pyarrow as pa
+
+from exporter.schema import BOTTLENECK, DRIFT_STATUS
+from stream_analytics.bottleneck import CLASSES, Features, classify, gauge_features
+from stream_analytics.drift import DriftMonitor
+
+
+def features_from_result(row: dict[str, Any], gauges: pa.Table | None = None) -> Features:
+    """Classifier features of one ANALYTICS_RESULT row (see module doc)."""
+    vals: dict[str, float] = {}
+    k = row.get("kernel_count") or 0
+    if k:
+        if row.get("kernel_time_ns") is not None:
+            vals["mean_kernel_ns"] = row["kernel_time_ns"] / k
+        if row.get("micro_kernel_count") is not None:
+            vals["micro_kernel_share"] = row["micro_kernel_count"] / k
+        w0, w1 = row.get("window_start_ns"), row.get("window_end_ns")
+        if w0 is not None and w1 is not None and w1 > w0:
+            vals["kernel_rate_hz"] = k / ((w1 - w0) / 1e9)
+    if row.get("thread_wall_ns") and row.get("involuntary_switches") is not None:
+        vals["invol_switch_rate_hz"] = row["involuntary_switches"] / (row["thread_wall_ns"] / 1e9)
+    for col, name in (("kar", "kar"), ("launch_tax", "launch_tax"), ("sii", "sii"),
+                      ("gpu_active_ratio", "active_ratio")):
+        if row.get(col) is not None:
+            vals[name] = float(row[col])
+    if gauges is not None and gauges.num_rows:
+        vals.update(gauge_features(gauges))
+    return Features(**vals)
+
+
+class OnlineVerdicts:
+    """Drift monitors plus the classifier, per analytics key; checkpointable."""
+
+    def __init__(self, gauge_batches: int = 30) -> None:
+        self.drift = DriftMonitor()
+        self.gauge_batches = gauge_batches
+        self._gauges: dict[str, deque[pa.Table]] = {}
+
+    def ingest_gauges(self, host: str, table: pa.Table) -> None:
+        """Remember the host's last ``gauge_batches`` GAUGE_SAMPLE batches."""
+        self._gauges.setdefault(host, deque(maxlen=self.gauge_batches)).append(table)
+
+    def _host_gauges(self, host: str) -> pa.Table | None:
+        dq = self._gauges.get(host)
+        return pa.concat_tables(list(dq)) if dq else None
+
+    def update(self, results: pa.Table) -> tuple[pa.Table, pa.Table]:
+        """DRIFT_STATUS rows of the streams these results touched, and verdicts."""
+        touched: set[tuple[str, str]] = set()
+        verdicts = []
+        for row in results.to_pylist():  # one row per key, not per kernel
+            model = str(row.get("model") or "unknown")
+            self.drift.update_result(row)
+            touched.update({(row["host"], model)})
+            v = classify(features_from_result(row, self._host_gauges(row["host"])))
+            verdicts.append({
+                "ts_ns": row["ts_ns"], "host": row["host"], "model": row.get("model"),
+                "pid": row.get("pid"), "label": v.label, "confidence": float(v.confidence),
+                "classes": list(CLASSES), "scores": [float(v.scores.get(c, 0.0)) for c in CLASSES],
+                "evidence_json": json.dumps(v.to_json()["evidence"]),
+                "recommendation": v.recommendation,
+            })
+        ts = int(results.column("ts_ns")[0].as_py()) if results.num_rows else 0
+        status = []
+        for s in self.drift.status():
+            model = s["key"].split("/", 1)[0]
+            hosts = {h for h, m in touched if m == model}
+            for host in hosts:
+                status.append({"ts_ns": ts, "host": host, "stream": s["stream"], "key": s["key"],
+                               "detector": s["detector"],
+                               "drift_detected": bool(s["drift_detected"]),
+                               "drift_events_total": int(s["drift_count"]),
+                               "last_change_ns": s["last_change_ns"],
+                               "samples": int(s["samples"])})
+        return (pa.Table.from_pylist(status, schema=DRIFT_STATUS),
+                pa.Table.from_pylist(verdicts, schema=BOTTLENECK))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"drift": self.drift.to_dict()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> OnlineVerdicts:
+        ov = cls()
+        ov.drift = DriftMonitor.from_dict(d["drift"])
+        return ov
