@@ -98,6 +98,17 @@ def run(
     nats_password: Annotated[str | None, typer.Option(envvar="AACO_NATS_PASSWORD")] = None,
     nats_token: Annotated[str | None, typer.Option(envvar="AACO_NATS_TOKEN")] = None,
     nats_tls_ca: Annotated[str | None, typer.Option()] = None,
+    nats_tls_cert: Annotated[str | None, typer.Option(help="client cert for mTLS")] = None,
+    nats_tls_key: Annotated[str | None, typer.Option()] = None,
+    web_config_file: Annotated[str | None, typer.Option(
+        help="TLS / basic auth for /metrics (Prometheus exporter-toolkit format)")] = None,
+    otlp_endpoint: Annotated[str | None, typer.Option(help="export spans+metrics via OTLP")] = None,
+    otlp_protocol: Annotated[str, typer.Option(help="grpc or http/protobuf")] = "grpc",
+    otlp_header: Annotated[list[str], typer.Option(help="KEY=VALUE header")] = [],  # noqa: B006
+    otlp_insecure: Annotated[bool, typer.Option(help="no TLS to the OTLP endpoint")] = False,
+    otlp_ca: Annotated[str | None, typer.Option(help="CA file for OTLP TLS")] = None,
+    otlp_compression: Annotated[str, typer.Option(help="gzip or none")] = "none",
+    otlp_bus: Annotated[bool, typer.Option(help="publish OTLP protobuf on aaco.v1.otlp.*")] = False,
     log_level: Annotated[str, typer.Option()] = "INFO",
 ) -> None:
     """The always-on daemon: collectors -> NATS -> analytics -> /metrics."""
@@ -114,6 +125,23 @@ def run(
                          window_s=window, duration_s=duration, state_dir=state_dir,
                          rocprof_dir=rocprof_dir)
     cfg = _bus_cfg(nats, nats_creds, nats_user, nats_password, nats_token, nats_tls_ca)
+    cfg.tls_cert, cfg.tls_key = nats_tls_cert, nats_tls_key
+    opts.web_config, opts.otlp_bus = web_config_file, otlp_bus
+    if otlp_endpoint:
+        from exporter.sinks.otlp import OtlpConfig
+
+        headers = {}
+        for h in otlp_header:
+            k, sep, v = h.partition("=")
+            if not sep:
+                _fail(f"--otlp-header {h!r} is not KEY=VALUE")
+            headers[k] = v
+        try:
+            opts.otlp = OtlpConfig(endpoint=otlp_endpoint, protocol=otlp_protocol,  # type: ignore[arg-type]
+                                   headers=headers, insecure=otlp_insecure, ca_file=otlp_ca,
+                                   compression=otlp_compression)  # type: ignore[arg-type]
+        except ValueError as e:
+            _fail(str(e))
     try:
         asyncio.run(run_daemon(opts, cfg))
     except (ModelError, InputError, BusError, NatsServerError, OSError) as e:

@@ -12,6 +12,7 @@ plus any named with ``--collector``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import socket
@@ -27,6 +28,7 @@ from collectors.base import Collector, CollectorContext, available, create
 from exporter import schema
 from exporter.bus import BusConfig
 from exporter.pipeline import Pipeline
+from exporter.sinks.otlp import OtlpConfig
 from exporter.sinks.prometheus import PromState
 from stream_analytics.consumer import AnalyticsConsumer
 
@@ -48,6 +50,10 @@ class DaemonOptions:
     state_dir: str | None = None
     rocprof_dir: str | None = None
     host: str = field(default_factory=socket.gethostname)
+    otlp: OtlpConfig | None = None  # export spans and metrics to an OTLP backend
+    otlp_bus: bool = False  # also publish OTLP protobuf on aaco.v1.otlp.*
+    otlp_interval_s: float = 5.0
+    web_config: str | None = None  # exporter-toolkit style TLS / basic auth file
 
 
 def _build_collectors(opts: DaemonOptions, pids: set[int]) -> list[Collector]:
@@ -99,6 +105,16 @@ async def run_daemon(opts: DaemonOptions, bus_cfg: BusConfig,
     ProcessCollector(registry=pipe.registry)
     PlatformCollector(registry=pipe.registry)
 
+    otlp_sink = bridge = None
+    if opts.otlp is not None:
+        from exporter.sinks.otlp import OtlpSink
+
+        otlp_sink = OtlpSink(opts.otlp)
+    if opts.otlp_bus:
+        from exporter.sinks.otlp_bus import OtlpBusBridge
+
+        bridge = OtlpBusBridge()
+
     async def on_msg(msg: Any) -> None:
         try:
             sig, _, host, batch = schema.decode(msg.data, msg.headers)
@@ -106,12 +122,18 @@ async def run_daemon(opts: DaemonOptions, bus_cfg: BusConfig,
             state.drops[e.reason] += 1
             return
         state.ingest(sig, host, batch)
+        if otlp_sink is not None:
+            otlp_sink.ingest(sig, batch, host)
+        if bridge is not None:
+            bridge.ingest(sig, host, batch)
 
-    for sig in ("analytics_result", "sched_sample", "gauge_sample", "drift_status", "bottleneck"):
+    sigs = ["analytics_result", "sched_sample", "gauge_sample", "drift_status", "bottleneck"]
+    if otlp_sink is not None or bridge is not None:
+        sigs += ["kernel_span", "iteration_span"]
+    for sig in sigs:
         await bus.nc.subscribe(f"{schema.SUBJECT_PREFIX}.{sig}.>", cb=on_msg,
                                pending_msgs_limit=1_000_000)
-    server, _thread = start_http_server(opts.metrics_port, opts.metrics_host,
-                                       registry=pipe.registry)
+    server = _serve(opts, pipe)
     log.info("serving /metrics on %s:%d", opts.metrics_host, opts.metrics_port)
 
     stop = asyncio.Event()
@@ -120,6 +142,22 @@ async def run_daemon(opts: DaemonOptions, bus_cfg: BusConfig,
         loop.add_signal_handler(s, stop.set)
     tasks = [asyncio.create_task(consumer.run(stop))]
     tasks += [asyncio.create_task(pipe.run_collector(c, stop)) for c in pipe.collectors]
+
+    async def export_otlp() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), opts.otlp_interval_s)
+            try:
+                if otlp_sink is not None:
+                    await asyncio.to_thread(otlp_sink.flush)
+                if bridge is not None:
+                    await bridge.flush(bus)
+            except Exception as e:  # an unreachable backend must not stop the daemon
+                pipe.drops["otlp_export_error"] += 1
+                log.warning("OTLP export failed: %s", e)
+
+    if otlp_sink is not None or bridge is not None:
+        tasks.append(asyncio.create_task(export_otlp()))
     if ready is not None:
         ready.set()
     try:
@@ -134,5 +172,24 @@ async def run_daemon(opts: DaemonOptions, bus_cfg: BusConfig,
         stop.set()
         await asyncio.gather(*tasks, return_exceptions=True)
         server.shutdown()
+        if otlp_sink is not None:
+            await asyncio.to_thread(otlp_sink.close)
         await pipe.close()
+
+
+class _Server:
+    def __init__(self, shutdown: Any) -> None:
+        self.shutdown = shutdown
+
+
+def _serve(opts: DaemonOptions, pipe: Pipeline) -> Any:
+    """Serve /metrics: plain, or with the web config's TLS and basic auth."""
+    if opts.web_config:
+        from exporter.webconfig import load_web_config, serve_metrics
+
+        web = load_web_config(Path(opts.web_config))
+        return serve_metrics(pipe.registry, opts.metrics_host, opts.metrics_port, web)
+    server, _thread = start_http_server(opts.metrics_port, opts.metrics_host,
+                                        registry=pipe.registry)
+    return _Server(server.shutdown)
 

@@ -393,6 +393,27 @@ def encode_chunks(
         i += 1
 
 
+OTLP_SIGNALS = ("otlp.traces", "otlp.metrics")
+"""OTLP protobuf messages on ``aaco.v1.otlp.traces.<host>`` / ``...metrics.<host>``."""
+
+
+def encode_otlp(kind: str, request: object, *, host: str, msg_id: str) -> Message:
+    """Encode an ``ExportTraceServiceRequest`` (``kind="traces"``) or
+    ``ExportMetricsServiceRequest`` (``"metrics"``) for the bus.
+
+    The payload is the stock OTLP protobuf (``SerializeToString()``), so any
+    OpenTelemetry-aware consumer reads it without this module; the headers
+    say ``Aaco-Schema: otlp.<kind>`` and ``Content-Type: application/x-protobuf``.
+    """
+    signal = f"otlp.{kind}"
+    if signal not in OTLP_SIGNALS:
+        raise SchemaError("unknown_schema", f"unknown OTLP kind {kind!r}")
+    payload = request.SerializeToString()  # type: ignore[attr-defined]
+    headers = {H_SCHEMA: signal, H_VERSION: str(SCHEMA_VERSION), H_HOST: sanitize_token(host),
+               H_MSG_ID: msg_id, "Content-Type": "application/x-protobuf"}
+    return Message(subject(signal, host), bytes(payload), headers)
+
+
 def decode(
     payload: bytes, headers: Mapping[str, str] | None
 ) -> tuple[str, int, str, pa.RecordBatch]:

@@ -76,6 +76,8 @@ class BundleSink:
             return 0
         for m in msgs:
             hdrs = m.headers or {}
+            if hdrs.get(schema.H_SCHEMA, "").startswith("otlp."):
+                continue  # the OTLP copy of data this sink already has
             if self.session and hdrs.get(schema.H_SESSION) != schema.sanitize_token(self.session):
                 continue
             try:

@@ -1,0 +1,46 @@
+# The two commands a newcomer runs:  make demo  |  make test
+VENV ?= .venv
+PY   := $(VENV)/bin/python
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: setup demo run system-deps test lint bench dashboards clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+## Main job: capture a real ONNX model shipped in a PyPI package (magika), print KAR/LTS/SII/latency.
+demo: setup
+	$(VENV)/bin/aaco-exporter capture --model magika --iterations 200
+
+## The always-on daemon on the same model; /metrics on :9464.
+run: setup
+	$(VENV)/bin/aaco-exporter run --model magika
+
+## Debian packages the tests use for real: Prometheus/promtool and bcc (eBPF), plus tracefs and the BCC header tree.
+system-deps: setup
+	@command -v promtool >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }
+	$(SUDO) scripts/setup-bcc.sh $(VENV) $(CURDIR)/.bcc-headers
+
+test: setup system-deps
+	$(PY) -m pytest
+
+lint: setup
+	$(VENV)/bin/ruff check exporter collectors stream_analytics benchmarks dashboards tests
+	$(VENV)/bin/mypy --strict exporter collectors stream_analytics
+
+bench: setup
+	$(PY) benchmarks/bench_pipeline.py
+	$(PY) benchmarks/bench_rocprof.py
+	$(PY) benchmarks/bench_capture_overhead.py
+	$(SUDO) $(PY) benchmarks/bench_sched_overhead.py
+
+dashboards: setup
+	$(PY) dashboards/generate.py --out dashboards/grafana
+
+clean:
+	rm -rf $(VENV) sessions .bcc-headers

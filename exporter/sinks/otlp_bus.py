@@ -1,0 +1,84 @@
+"""OTLP protobuf on the bus: the same spans and metrics as the OTLP exporter.
+
+Every ``flush()`` turns the kernel and iteration spans and the latest
+analytics results and gauges received since the previous flush into one
+``ExportTraceServiceRequest`` and one ``ExportMetricsServiceRequest``
+(:mod:`exporter.sinks.otlp_proto`, same span policy and attributes as
+:class:`exporter.sinks.otlp.OtlpSink`) and publishes them on
+``aaco.v1.otlp.traces.<host>`` and ``aaco.v1.otlp.metrics.<host>``.
+Kernels whose iteration span has not arrived yet wait for the next flush.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections import defaultdict
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from exporter import schema
+from exporter.bus import Bus
+from exporter.sinks.otlp_proto import SpanPolicy, metrics_request, traces_request
+
+
+def _empty(signal: str) -> pa.Table:
+    return pa.Table.from_batches([], schema=schema.SCHEMAS[signal])
+
+
+class OtlpBusBridge:
+    """Buffers decoded batches per host; :meth:`flush` publishes OTLP requests."""
+
+    def __init__(self, policy: SpanPolicy | None = None) -> None:
+        self.policy = policy or SpanPolicy()
+        self._buf: dict[str, dict[str, list[pa.Table]]] = defaultdict(lambda: defaultdict(list))
+        self._seq = itertools.count()
+        self._run = uuid.uuid4().hex[:8]
+        self.published = 0
+        self.dropped = 0
+        self.max_waiting_rows = 1_000_000
+
+    def ingest(self, signal: str, host: str, batch: pa.RecordBatch | pa.Table) -> None:
+        if signal in ("kernel_span", "iteration_span", "analytics_result", "gauge_sample"):
+            t = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
+            self._buf[host][signal].append(t)
+
+    def _take(self, host: str, signal: str) -> pa.Table | None:
+        parts = self._buf[host].pop(signal, [])
+        return pa.concat_tables(parts) if parts else None
+
+    async def flush(self, bus: Bus) -> int:
+        """Publish one traces and one metrics request per host; returns messages."""
+        n = 0
+        for host in list(self._buf):
+            kernels = self._take(host, "kernel_span")
+            iters = self._take(host, "iteration_span")
+            if kernels is not None and iters is None:
+                # Kernels of a run wait for its iteration span; raw GPU kernels go now.
+                has_it = pc.is_valid(kernels.column("iteration"))
+                waiting = kernels.filter(has_it)
+                if 0 < waiting.num_rows <= self.max_waiting_rows:
+                    self._buf[host]["kernel_span"].append(waiting)
+                else:
+                    self.dropped += waiting.num_rows
+                kernels = kernels.filter(pc.invert(has_it))
+            if (kernels is not None and kernels.num_rows) or iters is not None:
+                req = traces_request(
+                    kernels if kernels is not None else _empty("kernel_span"),
+                    iters if iters is not None else _empty("iteration_span"),
+                    host, self.policy)
+                msg = schema.encode_otlp("traces", req, host=host,
+                                         msg_id=f"otlp-{self._run}-{next(self._seq)}")
+                await bus.js.publish(msg.subject, msg.payload, headers=msg.headers)
+                n += 1
+            analytics = self._take(host, "analytics_result")
+            gauges = self._take(host, "gauge_sample")
+            if analytics is not None or gauges is not None:
+                mreq = metrics_request(analytics, gauges, host)
+                msg = schema.encode_otlp("metrics", mreq, host=host,
+                                         msg_id=f"otlp-{self._run}-{next(self._seq)}")
+                await bus.js.publish(msg.subject, msg.payload, headers=msg.headers)
+                n += 1
+        self.published += n
+        return n
