@@ -1,0 +1,373 @@
+"""End to end: the real daemon scraped by a real Prometheus that loads the repo's rules.
+
+The test starts ``aaco-exporter run --model magika`` (real ONNX Runtime, real
+sched and gpu collectors, embedded NATS, analytics with a 10 s window) and a
+Debian ``prometheus`` that scrapes it every second and evaluates
+``deploy/prometheus/rules/*.yml``.  Once Prometheus holds the analytics series
+and every rule group has been evaluated on them, every Grafana panel query,
+every dashboard variable query, every recording-rule expression and the metric
+selectors of every alert are sent to ``/api/v1/query``.  A query that matches
+no series is a defect (a wrong metric or label name in a query, or a series the
+exporter does not produce) unless the query needs a source this machine lacks
+(``NEEDS_ABSENT_SOURCE`` in dashboards/generate.py: GPU gauges, eBPF, ALERTS).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from datetime import datetime
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+RULE_FILES = sorted((REPO / "deploy" / "prometheus" / "rules").glob("*.yml"))
+JOB = "aaco-exporter"
+
+#: Panel variables: a short rate window, so 1 s scrapes give many samples in ~40 s.
+VARIABLES = {"__rate_interval": "15s", "__interval": "15s"}
+
+#: Series the analytics consumer publishes after its first window; the daemon is
+#: "warm" once all of them are on /metrics.
+ANALYTICS_SERIES = (
+    "aaco_kernel_amplification_ratio",
+    "aaco_launch_tax_ratio",
+    "aaco_scheduler_interference_ratio",
+    "aaco_gpu_active_ratio",
+    "aaco_iteration_latency_seconds",
+    "aaco_graph_nodes",
+    "aaco_bottleneck_info",
+    "aaco_bottleneck_confidence",
+    "aaco_drift_detected",
+)
+
+PROMQL_KEYWORDS = frozenset(
+    {
+        "and", "or", "unless", "by", "without", "on", "ignoring", "group_left",
+        "group_right", "offset", "bool", "inf", "nan", "atan2",
+        # aggregation operators: `max by (x) (...)` is not followed by "(" directly
+        "sum", "min", "max", "avg", "group", "count", "stddev", "stdvar", "topk",
+        "bottomk", "quantile", "count_values",
+    }
+)  # fmt: skip
+
+
+def _load_generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "aaco_dashboards_generate_e2e", REPO / "dashboards" / "generate.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _rules() -> list[dict[str, Any]]:
+    rules: list[dict[str, Any]] = []
+    for path in RULE_FILES:
+        for group in yaml.safe_load(path.read_text())["groups"]:
+            rules.extend(group["rules"])
+    return rules
+
+
+def _selectors(expr: str) -> list[str]:
+    """The vector selectors of a PromQL expression (``name`` or ``name{matchers}``).
+
+    >>> _selectors('max by (host) (a_b{x="1", y=~"p|q"}) > 0.2 unless on (host) c:d offset 1h')
+    ['a_b{x="1", y=~"p|q"}', 'c:d']
+    >>> _selectors('sum(rate(foo_total[5m])) or vector(0)')
+    ['foo_total']
+    >>> _selectors('group by (host) ({__name__=~"aaco_.+", host!=""})')
+    ['{__name__=~"aaco_.+", host!=""}']
+    """
+    found: list[str] = []
+    # Strings, range/subquery brackets and label lists of by/on/... can hold identifiers.
+    text = re.sub(r"\[[^\]]*\]", "", expr)
+    text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", r"\1", text)
+    token = re.compile(
+        r'"(?:[^"\\]|\\.)*"'  # a string literal outside a selector
+        r"|(?P<bare>\{[^}]*\})"  # a selector without a metric name
+        r"|(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)\s*(?P<labels>\{[^}]*\})?(?P<call>\s*\()?"
+        r"|\d+(?:\.\d+)?[smhdwy]?"
+    )
+    for m in token.finditer(text):
+        if m.group("bare"):
+            found.append(m.group("bare"))
+            continue
+        name = m.group("name")
+        if name is None or m.group("call") or name in PROMQL_KEYWORDS:
+            continue
+        found.append(name + (m.group("labels") or ""))
+    return found
+
+
+def _metric_name(selector: str) -> str:
+    return selector.split("{", 1)[0]
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _get(url: str, timeout: float = 5.0) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        body: bytes = resp.read()
+        return body
+
+
+class Prom:
+    """A minimal client for the Prometheus HTTP API."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+
+    def api(self, path: str, **params: str) -> dict[str, Any]:
+        url = f"{self.base}/api/v1/{path}"
+        if params:
+            url += "?" + urllib.parse.urlencode(params)
+        try:
+            body = _get(url)
+        except urllib.error.HTTPError as exc:  # 400/422: bad query, body says why
+            body = exc.read()
+        doc: dict[str, Any] = json.loads(body)
+        return doc
+
+    def query(self, expr: str) -> tuple[list[dict[str, Any]] | None, str]:
+        """Instant query: (result, "") on success, (None, error) on failure."""
+        doc = self.api("query", query=expr)
+        if doc.get("status") != "success":
+            return None, f"{doc.get('errorType')}: {doc.get('error')}"
+        data = doc["data"]
+        if data["resultType"] in ("scalar", "string"):
+            return [{"value": data["result"]}], ""
+        result: list[dict[str, Any]] = data["result"]
+        return result, ""
+
+
+def _stop(proc: subprocess.Popen[bytes], name: str) -> None:
+    """SIGTERM the process (a session leader), then SIGKILL its whole process group."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        with suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=20)
+    with suppress(ProcessLookupError):  # children (embedded nats-server) left behind
+        os.killpg(proc.pid, signal.SIGKILL)
+    if proc.poll() is None:
+        proc.wait(timeout=10)
+    assert proc.returncode is not None, f"{name} still running"
+
+
+@contextmanager
+def _process(argv: list[str], log: Path, name: str) -> Iterator[subprocess.Popen[bytes]]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        try:
+            yield proc
+        finally:
+            _stop(proc, name)
+
+
+def _wait(what: str, cond: Callable[[], object], timeout: float, log: Path | None = None) -> float:
+    """Poll ``cond()`` every 0.5 s until truthy; return the time it became so."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if cond():
+                return time.time()
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.5)
+    tail = log.read_text(errors="replace")[-3000:] if log is not None else ""
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}\n{tail}")
+
+
+def _prometheus_config(tmp: Path, metrics_port: int) -> Path:
+    config = {
+        "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(p) for p in RULE_FILES],
+        "scrape_configs": [
+            {"job_name": JOB, "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}]}
+        ],
+    }
+    path = tmp / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _wait_for_rule_evaluation(prom: Prom, after: float, timeout: float) -> None:
+    """Wait until every rule group has been evaluated at or after the Unix time ``after``."""
+
+    def evaluated() -> bool:
+        groups = prom.api("rules")["data"]["groups"]
+        stamps = [g.get("lastEvaluation", "") for g in groups]
+        if not groups or any(s.startswith("0001") or not s for s in stamps):
+            return False
+        return all(_rfc3339(s) >= after for s in stamps)
+
+    _wait("every rule group to be evaluated on the analytics series", evaluated, timeout)
+
+
+def _rfc3339(stamp: str) -> float:
+    # Prometheus writes nanoseconds; datetime takes microseconds.
+    stamp = re.sub(r"(\.\d{6})\d+", r"\1", stamp).replace("Z", "+00:00")
+    return datetime.fromisoformat(stamp).timestamp()
+
+
+@pytest.mark.apt
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_every_panel_variable_and_rule_query_returns_data_from_live_daemon(
+    tmp_path: Path,
+) -> None:
+    """Against a live daemon scraped by a real Prometheus with the repo's rules loaded, every
+    dashboard panel query, variable query and recording-rule expression returns series, every
+    metric selector of every alert matches series, and every rule evaluates without error;
+    only queries that need a source this machine lacks (NEEDS_ABSENT_SOURCE) may be empty."""
+    prometheus = shutil.which("prometheus")
+    if prometheus is None:
+        pytest.fail("prometheus not found; install Debian's `prometheus` package")
+    assert RULE_FILES, "no rule files in deploy/prometheus/rules"
+    gen = _load_generator()
+    absent_exprs = {expr: reason for expr, reason in gen.NEEDS_ABSENT_SOURCE}
+    # Metrics that only an absent source produces: allowed to be missing wherever used.
+    absent_metrics = {
+        _metric_name(sel): reason
+        for expr, reason in gen.NEEDS_ABSENT_SOURCE
+        for sel in _selectors(gen.render_query(expr))
+    }
+
+    metrics_port, prom_port = _free_port(), _free_port()
+    daemon_log, prom_log = tmp_path / "daemon.log", tmp_path / "prometheus.log"
+    daemon_argv = [
+        sys.executable, "-m", "exporter.cli", "run", "--model", "magika",
+        "--metrics-addr", f"127.0.0.1:{metrics_port}", "--window", "10",
+        "--state-dir", str(tmp_path / "nats"), "--duration", "200",
+    ]  # fmt: skip
+    prom_argv = [
+        prometheus,
+        f"--config.file={_prometheus_config(tmp_path, metrics_port)}",
+        f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+        f"--web.listen-address=127.0.0.1:{prom_port}",
+    ]
+    prom = Prom(f"http://127.0.0.1:{prom_port}")
+    failures: list[str] = []
+
+    with (
+        _process(daemon_argv, daemon_log, "aaco-exporter") as daemon,
+        _process(prom_argv, prom_log, "prometheus") as prom_proc,
+    ):
+
+        def daemon_warm() -> bool:
+            if daemon.poll() is not None:
+                pytest.fail(f"daemon exited early:\n{daemon_log.read_text()[-3000:]}")
+            text = _get(f"http://127.0.0.1:{metrics_port}/metrics").decode()
+            return all(f"\n{name}{{" in text for name in ANALYTICS_SERIES)
+
+        _wait("Prometheus to be ready", lambda: _get(f"{prom.base}/-/ready"), 30, prom_log)
+        _wait("the daemon's analytics series on /metrics", daemon_warm, 60, daemon_log)
+        have_all = " and ".join(f"group({name})" for name in ANALYTICS_SERIES)
+        scraped = _wait(
+            "Prometheus to scrape the analytics series",
+            lambda: prom.query(have_all)[0],
+            15,
+            prom_log,
+        )
+        # Rate windows need >= 2 samples of every series: let a few scrapes pass, then
+        # wait for every rule group (the recording group runs every 30 s) to evaluate.
+        _wait_for_rule_evaluation(prom, after=scraped + 3, timeout=45)
+        assert daemon.poll() is None, daemon_log.read_text()[-3000:]
+        assert prom_proc.poll() is None, prom_log.read_text()[-3000:]
+
+        # --- dashboard panels -------------------------------------------------------
+        panel_queries: list[tuple[str, str]] = gen.all_queries()
+        panels_with_data: list[str] = []
+        for panel, expr in panel_queries:
+            rendered = gen.render_query(expr, VARIABLES)
+            result, error = prom.query(rendered)
+            if result is None:
+                failures.append(f"panel {panel}: query failed ({error}): {rendered}")
+            elif result:
+                panels_with_data.append(panel)
+            elif expr not in absent_exprs:
+                failures.append(f"panel {panel}: no series: {rendered}")
+
+        # --- dashboard variables ----------------------------------------------------
+        for var, expr in gen.variable_queries():
+            rendered = gen.render_query(expr, VARIABLES)
+            result, error = prom.query(rendered)
+            needs = [absent_metrics.get(_metric_name(s)) for s in _selectors(rendered)]
+            if result is None:
+                failures.append(f"variable {var}: query failed ({error}): {rendered}")
+            elif not result and not (needs and all(needs)):
+                failures.append(f"variable {var}: no series: {rendered}")
+
+        # --- recording and alerting rules -------------------------------------------
+        rules = _rules()
+        recording = [r for r in rules if "record" in r]
+        alerts = [r for r in rules if "alert" in r]
+        for rule in recording:
+            name, expr = rule["record"], rule["expr"]
+            result, error = prom.query(expr)
+            if result is None:
+                failures.append(f"recording rule {name}: query failed ({error}): {expr}")
+            elif not result:
+                failures.append(f"recording rule {name}: expression has no series: {expr}")
+            recorded, _ = prom.query(f'group({{__name__="{name}"}})')
+            if not recorded:
+                failures.append(f"recording rule {name}: Prometheus recorded no series")
+        alert_selectors = 0
+        for rule in alerts:
+            name, expr = rule["alert"], rule["expr"]
+            result, error = prom.query(expr)
+            if result is None:
+                failures.append(f"alert {name}: expression failed ({error}): {expr}")
+            selectors = _selectors(expr)
+            if not selectors:
+                failures.append(f"alert {name}: no metric selector found in {expr!r}")
+            for sel in dict.fromkeys(selectors):
+                alert_selectors += 1
+                matched, error = prom.query(f"group({sel})")
+                if matched is None:
+                    failures.append(f"alert {name}: selector failed ({error}): {sel}")
+                elif not matched and _metric_name(sel) not in absent_metrics:
+                    failures.append(f"alert {name}: selector matches no series: {sel}")
+
+        # --- rule health as Prometheus evaluated it ------------------------------------
+        for group in prom.api("rules")["data"]["groups"]:
+            for rule in group["rules"]:
+                if rule.get("health") == "err" or rule.get("lastError"):
+                    failures.append(
+                        f"rule {rule['name']} ({group['name']}): {rule.get('lastError')}"
+                    )
+
+    assert len(panel_queries) > 0 and recording and alerts and alert_selectors > 0
+    summary = (
+        f"{len(panel_queries)} panel queries ({len(panels_with_data)} with data), "
+        f"{len(recording)} recording rules, {len(alerts)} alerts "
+        f"({alert_selectors} selectors)"
+    )
+    assert not failures, f"{len(failures)} failing queries; {summary}:\n" + "\n".join(failures)
