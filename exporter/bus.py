@@ -13,6 +13,7 @@ retries (the message names the URL and the last error).
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,9 @@ from nats.js.errors import BadRequestError
 
 from collectors.base import Emit
 from exporter import schema
+
+
+log = logging.getLogger("aaco.bus")
 
 
 class BusError(RuntimeError):
@@ -66,6 +70,15 @@ class BusConfig:
         return ctx
 
 
+_last_error: list[BaseException] = []
+
+
+async def _log_error(e: Exception) -> None:
+    """nats-py's error callback: one log line, never a traceback on stderr."""
+    _last_error[:] = [e]
+    log.warning("nats: %s: %s", type(e).__name__, e)
+
+
 async def connect(url: str, cfg: BusConfig) -> Client:
     """Connect with bounded retries (``cfg.connect_attempts``, backoff 0.5 s x2)."""
     last: Exception | None = None
@@ -83,9 +96,12 @@ async def connect(url: str, cfg: BusConfig) -> Client:
                 user_credentials=cfg.creds_file,
                 tls=cfg.tls_context(),
                 pending_size=64 * 1024 * 1024,
+                error_cb=_log_error,
             ), timeout=cfg.connect_timeout_s + 1.0)
         except Exception as e:  # nats-py raises several unrelated types
-            last = e
+            # A timed-out attempt hides the cause (TLS, auth); nats-py reported it to error_cb.
+            last = _last_error[0] if _last_error and isinstance(e, TimeoutError) else e
+            _last_error.clear()
             if attempt + 1 < cfg.connect_attempts:
                 await asyncio.sleep(delay)
                 delay *= 2

@@ -434,7 +434,7 @@ def decode(
         raise SchemaError("bad_version", f"{H_VERSION} header is not an integer") from None
     if version != SCHEMA_VERSION:
         raise SchemaError("bad_version", f"{signal}: version {version} != {SCHEMA_VERSION}")
-    host = headers.get(H_HOST, "unknown")
+    host = sanitize_token(headers.get(H_HOST, "unknown"))
     try:
         with pa.ipc.open_stream(pa.py_buffer(payload)) as r:
             batches = list(r)

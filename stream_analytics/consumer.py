@@ -6,12 +6,21 @@ the engine, publishes changed keys' results on
 ``aaco.v1.analytics_result.<host>``, and only then acknowledges the inputs.
 
 Exactly-once state across restarts: after each fetched batch the engine
-state and the last processed stream sequence are checkpointed to the
-JetStream key-value bucket ``aaco_analytics`` before the acks. A consumer
-killed at any point resumes from the checkpoint; redelivered messages at or
-below the checkpointed sequence are acknowledged without being folded in
-again, and the republished result uses a message id derived from the input
-sequence range, so JetStream's duplicate window drops the copy.
+state and the stream sequences it has folded in (those above the consumer's
+ack floor) are checkpointed to the JetStream key-value bucket
+``aaco_analytics`` before the acks. A consumer killed at any point resumes
+from the checkpoint. Redelivery is not in order (a message fetched by the
+dead process comes back after ``ack_wait``, behind newer ones), so the
+checkpoint keeps the set of processed sequences, not a high-water mark; a
+redelivered message in that set is acknowledged without being folded in
+again. The set is pruned to sequences above the ack floor, so it stays
+bounded by ``max_ack_pending``.
+
+Result message ids are ``<durable>:<generation>:<first>-<last>:<count>``,
+where the generation counts checkpointed steps. A consumer that published
+and then died before checkpointing re-publishes from the same state with the
+same id (JetStream drops the identical copy); any other state gets a new id,
+so a late redelivered batch never has its result deduplicated away.
 
 A message that cannot be decoded is acknowledged, logged, and counted in
 ``drops[reason]`` (exported as ``aaco_exporter_events_dropped_total``).
@@ -71,6 +80,9 @@ class AnalyticsConsumer:
         self.deliver_all = deliver_all
         self.session = session
         self.last_seq = 0
+        self.processed: set[int] = set()
+        self.generation = 0
+        self._steps = 0
         self.received: Counter[str] = Counter()
         self.drops: Counter[str] = Counter()
         self.results_published = 0
@@ -85,7 +97,7 @@ class AnalyticsConsumer:
             deliver_policy=DeliverPolicy.ALL if self.deliver_all else DeliverPolicy.NEW,
             filter_subjects=[f"{schema.SUBJECT_PREFIX}.{s}.>" for s in INPUTS],
             max_ack_pending=20_000,
-            ack_wait=60,
+            ack_wait=10,
         )
         self._sub = await self.bus.js.pull_subscribe(
             "", durable=self.durable, stream=self.bus.cfg.stream, config=cfg
@@ -104,6 +116,8 @@ class AnalyticsConsumer:
                 if "verdicts" in state:
                     self.verdicts = OnlineVerdicts.from_dict(state["verdicts"])
                 self.last_seq = int(state["last_seq"])
+                self.processed = set(state.get("processed", []))
+                self.generation = int(state.get("generation", 0))
                 self.drops.update(state.get("drops", {}))
                 log.info("resumed %s at stream sequence %d", self.durable, self.last_seq)
             except KeyNotFoundError:
@@ -115,14 +129,14 @@ class AnalyticsConsumer:
             msgs = await self._sub.fetch(self.batch, timeout=timeout)
         except (TimeoutError, NatsTimeout):
             return 0
-        first = last = 0
+        new: list[int] = []
         for m in msgs:
             seq = m.metadata.sequence.stream
-            if seq <= self.last_seq:
+            if seq in self.processed:
                 self.received["redelivered"] += 1
                 continue
-            first = first or seq
-            last = seq
+            self.processed.add(seq)
+            new.append(seq)
             hdrs = m.headers or {}
             if self.session and hdrs.get(schema.H_SESSION) not in (None, self.session):
                 continue
@@ -140,18 +154,28 @@ class AnalyticsConsumer:
             except Exception as e:  # bad values inside a well-formed batch
                 self.drops["bad_values"] += 1
                 log.warning("dropped %s batch seq %d: %s", signal, seq, e)
-        if last:
-            await self._publish_results(first, last)
-            self.last_seq = last
+        if new:
+            self.last_seq = max(self.last_seq, *new)
+            await self._publish_results(min(new), max(new), len(new))
+            self.generation += 1
             await self._save()
         for m in msgs:
             await m.ack()
+        self._steps += 1
+        if self._steps % 50 == 0:
+            await self._prune()
         return len(msgs)
 
-    async def _publish_results(self, first: int, last: int) -> None:
+    async def _prune(self) -> None:
+        """Forget processed sequences at or below the ack floor (never redelivered)."""
+        info = await self._sub.consumer_info()
+        floor = int(info.ack_floor.stream_seq or 0)
+        self.processed = {s for s in self.processed if s > floor}
+
+    async def _publish_results(self, first: int, last: int, count: int) -> None:
         table = self.engine.results(only_dirty=True)
         if table.num_rows:
-            key = f"{self.durable}:{first}-{last}"
+            key = f"{self.durable}:{self.generation}:{first}-{last}:{count}"
             await self.bus.publish_table("analytics_result", table, key)
             self.results_published += table.num_rows
             try:
@@ -170,6 +194,7 @@ class AnalyticsConsumer:
         if self._kv is None:
             return
         state = {"engine": self.engine.to_dict(), "last_seq": self.last_seq,
+                 "processed": sorted(self.processed), "generation": self.generation,
                  "drops": dict(self.drops), "verdicts": self.verdicts.to_dict()}
         await self._kv.put(self.durable, zlib.compress(json.dumps(state).encode()))
 

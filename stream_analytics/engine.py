@@ -91,6 +91,7 @@ class KeyState:
     node_count: int | None = None
     pending: dict[int, Rec] = field(default_factory=dict)  # kernels seen, span not yet
     window: deque[Rec] = field(default_factory=deque)  # completed iterations and buckets
+    done: dict[int, Rec] = field(default_factory=dict)  # the window's records by iteration
     kernel_spans_total: int = 0
     iterations_total: int = 0
     family_spans: Counter[str] = field(default_factory=Counter)
@@ -196,7 +197,8 @@ class Analytics:
             key: Key = (host, int(pv[a]), str(mv[a]))
             st = self._state(key)
             grp = int(gv[a])
-            rec = st.pending.get(grp)
+            # Late kernels (redelivered after their iteration span) join the done record.
+            rec = st.pending.get(grp) or st.done.get(grp)
             if rec is None:
                 rec = Rec(grp, int(start[a]), int(end[a]), 0, max_end=int(start[a]))
                 st.pending[grp] = rec
@@ -226,7 +228,9 @@ class Analytics:
             st.dirty = True
             # Time buckets (no iteration span will come) are complete per batch.
             for gk in [g for g in st.pending if g < 0]:
-                st.window.append(st.pending.pop(gk))
+                rec = st.pending.pop(gk)
+                st.window.append(rec)
+                st.done[gk] = rec
             self._evict(st)
 
     def _iterations(self, host: str, t: pa.Table) -> None:
@@ -238,8 +242,13 @@ class Analytics:
             key: Key = (host, int(pid), str(model))
             st = self._state(key)
             rec = st.pending.pop(int(it), None) or Rec(int(it), int(s), int(e), 0, max_end=int(s))
+            if int(it) in st.done:  # a duplicate span: count it once
+                self.drops["duplicate_iteration_span"] += 1
+                st.pending.pop(int(it), None)
+                continue
             rec.start_ns, rec.end_ns, rec.duration_ns = int(s), int(e), int(d)
             st.window.append(rec)
+            st.done[int(it)] = rec
             st.iterations_total += 1
             st.dirty = True
         for st in self.keys.values():
@@ -263,7 +272,9 @@ class Analytics:
             return
         horizon = max(r.end_ns for r in st.window) - int(self.window_s * 1e9)
         while st.window and st.window[0].end_ns < horizon:
-            st.window.popleft()
+            old = st.window.popleft()
+            if st.done.get(old.iteration) is old:
+                del st.done[old.iteration]
         for g in [g for g, r in st.pending.items() if r.end_ns < horizon]:
             self.drops["no_iteration_span"] += st.pending.pop(g).kernels
 
@@ -382,6 +393,7 @@ class Analytics:
             st = KeyState(node_count=ks["node_count"])
             st.pending = {int(r[0]): Rec(*r) for r in ks["pending"]}
             st.window = deque(Rec(*r) for r in ks["window"])
+            st.done = {r.iteration: r for r in st.window}
             st.kernel_spans_total = int(ks["kernel_spans_total"])
             st.iterations_total = int(ks["iterations_total"])
             st.family_spans = Counter(ks["family_spans"])

@@ -31,6 +31,18 @@ def magika_model() -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def aaco() -> str:
+    """Path of the ``aaco-exporter`` console script in this environment."""
+    return EXE
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    """The repository root."""
+    return REPO
+
+
 @pytest.fixture
 def cli_env() -> dict[str, str]:
     """Environment for running the console script in a subprocess."""

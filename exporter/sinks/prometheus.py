@@ -313,9 +313,11 @@ class PromState:
         info = GaugeMetricFamily("aaco_bottleneck_info",
                                  "1 for the bottleneck class currently reported", labels=blab)
         for (host, model, pid), (_, r) in sorted(self.bottleneck.items()):
+            # Label values use underscores (launch_bound); the verdict JSON keeps
+            # the taxonomy's own spelling (launch-bound).
             for c, sc in zip(r["classes"], r["scores"], strict=True):
-                conf.add_metric([host, model, pid, c], float(sc))
-            info.add_metric([host, model, pid, r["label"]], 1.0)
+                conf.add_metric([host, model, pid, c.replace("-", "_")], float(sc))
+            info.add_metric([host, model, pid, r["label"].replace("-", "_")], 1.0)
         yield from (conf, info)
 
 
