@@ -28,7 +28,6 @@ from nats.js.errors import BadRequestError
 from collectors.base import Emit
 from exporter import schema
 
-
 log = logging.getLogger("aaco.bus")
 
 
@@ -70,7 +69,7 @@ class BusConfig:
         return ctx
 
 
-_last_error: list[BaseException] = []
+_last_error: list[Exception] = []
 
 
 async def _log_error(e: Exception) -> None:
@@ -81,7 +80,7 @@ async def _log_error(e: Exception) -> None:
 
 async def connect(url: str, cfg: BusConfig) -> Client:
     """Connect with bounded retries (``cfg.connect_attempts``, backoff 0.5 s x2)."""
-    last: Exception | None = None
+    last: BaseException | None = None
     delay = 0.5
     for attempt in range(cfg.connect_attempts):
         try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shutil
@@ -15,19 +14,14 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support import load_path
+
 REPO = Path(__file__).resolve().parents[2]
 GRAFANA_DIR = REPO / "dashboards" / "grafana"
 
 
 def _load_generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "aaco_dashboards_generate", REPO / "dashboards" / "generate.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_path("aaco_dashboards_generate", REPO / "dashboards" / "generate.py")
 
 
 gen = _load_generator()

@@ -18,7 +18,8 @@ ROCPROF_V1 = Path(__file__).resolve().parents[2] / "collectors/rocprof/testdata"
 EXE = str(Path(sys.executable).parent / "aaco-exporter")
 
 
-def _run(args: list[str], env: dict[str, str], timeout: int = 240) -> subprocess.CompletedProcess[str]:
+def _run(args: list[str], env: dict[str, str],
+         timeout: int = 240) -> subprocess.CompletedProcess[str]:
     return subprocess.run([EXE, *args], env=env, capture_output=True, text=True,
                           timeout=timeout, check=False)
 

@@ -2,28 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from exporter.diff import diff_sessions, main_diff, parse_threshold
+from tests.support import load_path
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _eval_bottleneck() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "eval_bottleneck", ROOT / "benchmarks" / "eval_bottleneck.py"
-    )
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["eval_bottleneck"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_path("eval_bottleneck", ROOT / "benchmarks" / "eval_bottleneck.py")
 
 
 @pytest.fixture(scope="module")

@@ -28,32 +28,9 @@ from exporter.bus import Bus, BusConfig, BusError, connect
 from exporter.natsserver import EmbeddedNats
 from exporter.sinks.prometheus import PromState
 from stream_analytics.engine import Analytics
+from tests.support import make_pki
 
 FAST_FAIL = {"connect_attempts": 2, "connect_timeout_s": 0.5}
-
-
-def make_pki(d: Path) -> dict[str, Path]:
-    """A test CA plus a server cert (SAN 127.0.0.1, localhost) and a client cert."""
-    d.mkdir(parents=True, exist_ok=True)
-
-    def openssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True, timeout=60)
-
-    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
-            "-subj", "/CN=aaco test CA", "-addext", "basicConstraints=critical,CA:TRUE",
-            "-addext", "keyUsage=critical,keyCertSign,cRLSign")
-    for name, eku, san in (("server", "serverAuth", "IP:127.0.0.1,DNS:localhost"),
-                           ("client", "clientAuth", "DNS:aaco-client")):
-        openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}")
-        (d / f"{name}.ext").write_text(
-            "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n"
-            f"extendedKeyUsage={eku}\nsubjectKeyIdentifier=hash\n"
-            f"authorityKeyIdentifier=keyid\nsubjectAltName={san}\n")
-        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-                "-CAcreateserial", "-out", f"{name}.crt", "-days", "2",
-                "-extfile", f"{name}.ext")
-    return {n: d / n for n in ("ca.crt", "server.crt", "server.key", "client.crt", "client.key")}
 
 
 @pytest.fixture(scope="module")

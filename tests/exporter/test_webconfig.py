@@ -11,7 +11,6 @@ import http.client
 import shutil
 import socket
 import ssl
-import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -28,35 +27,12 @@ from exporter.webconfig import (
     load_web_config,
     serve_metrics,
 )
+from tests.support import make_pki
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl CLI")
 
 PASSWORD = "correct horse"
 HASH = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(4)).decode()  # cost 4: fast tests
-
-
-def make_pki(d: Path) -> dict[str, Path]:
-    """A test CA plus a server cert (SAN 127.0.0.1, localhost) and a client cert."""
-    d.mkdir(parents=True, exist_ok=True)
-
-    def openssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True, timeout=60)
-
-    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
-            "-subj", "/CN=aaco test CA", "-addext", "basicConstraints=critical,CA:TRUE",
-            "-addext", "keyUsage=critical,keyCertSign,cRLSign")
-    for name, eku, san in (("server", "serverAuth", "IP:127.0.0.1,DNS:localhost"),
-                           ("client", "clientAuth", "DNS:aaco-client")):
-        openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}")
-        (d / f"{name}.ext").write_text(
-            "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n"
-            f"extendedKeyUsage={eku}\nsubjectKeyIdentifier=hash\n"
-            f"authorityKeyIdentifier=keyid\nsubjectAltName={san}\n")
-        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-                "-CAcreateserial", "-out", f"{name}.crt", "-days", "2",
-                "-extfile", f"{name}.ext")
-    return {n: d / n for n in ("ca.crt", "server.crt", "server.key", "client.crt", "client.key")}
 
 
 @pytest.fixture(scope="module")

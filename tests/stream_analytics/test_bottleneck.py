@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -17,20 +15,14 @@ from stream_analytics.bottleneck import (
     features_from_smi_json,
 )
 from stream_analytics.thresholds import SII_CPU
+from tests.support import load_path
 
 ROOT = Path(__file__).resolve().parents[2]
 SMI = Path(__file__).parent / "testdata" / "smi"
 
 
 def _eval_bottleneck() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "eval_bottleneck", ROOT / "benchmarks" / "eval_bottleneck.py"
-    )
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["eval_bottleneck"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_path("eval_bottleneck", ROOT / "benchmarks" / "eval_bottleneck.py")
 
 
 @pytest.mark.slow

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -16,18 +13,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from exporter.schema import ITERATION_SPAN, conform
 from exporter.sinks.otlp_proto import SpanPolicy, metrics_request, plan_spans, traces_request
+from tests.support import load_path as _load
 
 HERE = Path(__file__).parent
-
-
-def _load(name: str, path: Path) -> ModuleType:
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
 
 
 data = _load("aaco_sink_testdata", HERE / "testdata" / "sinkdata.py")

@@ -2,31 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
-from types import ModuleType
 
 import pyarrow as pa
 import pytest
 
 from exporter.schema import conform
 from exporter.sinks.otlp import OtlpConfig, OtlpSink
+from tests.support import load_path as _load
 
 HERE = Path(__file__).parent
-
-
-def _load(name: str, path: Path) -> ModuleType:
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
 
 
 data = _load("aaco_sink_testdata", HERE / "testdata" / "sinkdata.py")

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -14,18 +11,9 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
 
 from exporter.schema import ITERATION_SPAN, conform
 from exporter.sinks.perfetto_trace import write_trace
+from tests.support import load_path as _load
 
 HERE = Path(__file__).parent
-
-
-def _load(name: str, path: Path) -> ModuleType:
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
 
 
 data = _load("aaco_sink_testdata", HERE / "testdata" / "sinkdata.py")

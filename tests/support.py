@@ -1,0 +1,52 @@
+"""Helpers shared by tests (import as ``tests.support``; not a test module)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_path(name: str, path: Path) -> ModuleType:
+    """Import the file ``path`` as module ``name`` (once; cached in sys.modules).
+
+    For scripts that are not packages: ``dashboards/generate.py``,
+    ``benchmarks/*.py`` and test data helpers.
+    """
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None, path
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
+def make_pki(d: Path) -> dict[str, Path]:
+    """A test CA plus a server cert (SAN 127.0.0.1, localhost) and a client cert,
+    made with the ``openssl`` CLI into ``d``."""
+    d.mkdir(parents=True, exist_ok=True)
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True, timeout=60)
+
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+    openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
+            "-subj", "/CN=aaco test CA", "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    for name, eku, san in (("server", "serverAuth", "IP:127.0.0.1,DNS:localhost"),
+                           ("client", "clientAuth", "DNS:aaco-client")):
+        openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj",
+                f"/CN={name}")
+        (d / f"{name}.ext").write_text(
+            "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n"
+            f"extendedKeyUsage={eku}\nsubjectKeyIdentifier=hash\n"
+            f"authorityKeyIdentifier=keyid\nsubjectAltName={san}\n")
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+                "-CAcreateserial", "-out", f"{name}.crt", "-days", "2",
+                "-extfile", f"{name}.ext")
+    return {n: d / n for n in ("ca.crt", "server.crt", "server.key", "client.crt", "client.key")}
