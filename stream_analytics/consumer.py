@@ -1,9 +1,11 @@
 """The analytics consumer: JetStream in, :class:`Analytics` results out.
 
-It pulls ``kernel_span``, ``iteration_span``, ``graph_info`` and
-``sched_sample`` messages through a durable pull consumer, folds them into
-the engine, publishes changed keys' results on
-``aaco.v1.analytics_result.<host>``, and only then acknowledges the inputs.
+It pulls ``kernel_span``, ``iteration_span``, ``graph_info``,
+``sched_sample`` and ``gauge_sample`` messages through a durable pull
+consumer and folds them into the engine. At most every ``flush_interval_s``
+(and whenever the stream goes idle) it publishes changed keys' results on
+``aaco.v1.analytics_result.<host>``, checkpoints, and only then
+acknowledges the inputs folded in since the last flush.
 
 Exactly-once state across restarts: after each fetched batch the engine
 state and the stream sequences it has folded in (those above the consumer's
@@ -69,8 +71,13 @@ class AnalyticsConsumer:
         batch: int = 512,
         deliver_all: bool = True,
         session: str | None = None,
+        flush_interval_s: float = 1.0,
     ) -> None:
         self.bus = bus
+        self.flush_interval_s = flush_interval_s
+        self._unacked: list[Any] = []
+        self._new: list[int] = []
+        self._last_flush = 0.0
         self.durable = durable
         self.engine = Analytics(window_s=window_s)
         self.verdicts = OnlineVerdicts()
@@ -96,7 +103,7 @@ class AnalyticsConsumer:
             ack_policy=AckPolicy.EXPLICIT,
             deliver_policy=DeliverPolicy.ALL if self.deliver_all else DeliverPolicy.NEW,
             filter_subjects=[f"{schema.SUBJECT_PREFIX}.{s}.>" for s in INPUTS],
-            max_ack_pending=20_000,
+            max_ack_pending=50_000,
             ack_wait=10,
         )
         self._sub = await self.bus.js.pull_subscribe(
@@ -124,19 +131,31 @@ class AnalyticsConsumer:
                 pass
 
     async def step(self, timeout: float = 0.5) -> int:
-        """Fetch and process one batch; returns the number of messages seen."""
+        """Fetch and fold one batch; returns the number of messages fetched.
+
+        Flushes (results, checkpoint, acks) when ``flush_interval_s`` has
+        passed, many messages await their ack, or nothing was fetched.
+        """
         try:
             msgs = await self._sub.fetch(self.batch, timeout=timeout)
         except (TimeoutError, NatsTimeout):
-            return 0
-        new: list[int] = []
+            msgs = []
+        self._fold(msgs)
+        now = asyncio.get_running_loop().time()
+        if self._unacked and (not msgs or len(self._unacked) >= 5_000
+                              or now - self._last_flush >= self.flush_interval_s):
+            await self.flush()
+        return len(msgs)
+
+    def _fold(self, msgs: list[Any]) -> None:
+        self._unacked.extend(msgs)
         for m in msgs:
             seq = m.metadata.sequence.stream
             if seq in self.processed:
                 self.received["redelivered"] += 1
                 continue
             self.processed.add(seq)
-            new.append(seq)
+            self._new.append(seq)
             hdrs = m.headers or {}
             if self.session and hdrs.get(schema.H_SESSION) not in (None, self.session):
                 continue
@@ -154,17 +173,22 @@ class AnalyticsConsumer:
             except Exception as e:  # bad values inside a well-formed batch
                 self.drops["bad_values"] += 1
                 log.warning("dropped %s batch seq %d: %s", signal, seq, e)
+
+    async def flush(self) -> None:
+        """Publish results, checkpoint, then ack everything folded in so far."""
+        new, self._new = self._new, []
         if new:
             self.last_seq = max(self.last_seq, *new)
             await self._publish_results(min(new), max(new), len(new))
             self.generation += 1
             await self._save()
-        for m in msgs:
+        unacked, self._unacked = self._unacked, []
+        for m in unacked:
             await m.ack()
+        self._last_flush = asyncio.get_running_loop().time()
         self._steps += 1
         if self._steps % 50 == 0:
             await self._prune()
-        return len(msgs)
 
     async def _prune(self) -> None:
         """Forget processed sequences at or below the ack floor (never redelivered)."""
@@ -222,3 +246,7 @@ class AnalyticsConsumer:
                 self.drops["consumer_error"] += 1
                 log.error("analytics step failed: %s", e)
                 await asyncio.sleep(0.5)
+        try:
+            await self.flush()  # results and acks of what was folded in last
+        except Exception as e:
+            log.error("final analytics flush failed: %s", e)

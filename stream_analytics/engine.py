@@ -122,6 +122,69 @@ def _busy_union(
     return int(np.clip(end - lo, 0, None).sum()), int(m[-1])
 
 
+def _codes(t: pa.Table, name: str, default: str) -> tuple[np.ndarray[Any, Any], list[str]]:
+    """Integer codes and their values for a string or dictionary column."""
+    n = t.num_rows
+    if name not in t.column_names:
+        return np.zeros(n, np.int32), [default]
+    c = t.column(name).combine_chunks()
+    if not pa.types.is_dictionary(c.type):
+        c = pc.dictionary_encode(c.fill_null(default))
+    elif c.null_count:
+        c = pc.dictionary_encode(c.cast(c.type.value_type).fill_null(default))
+    values = [default if v is None else str(v) for v in c.dictionary.to_pylist()]
+    return c.indices.to_numpy(zero_copy_only=False), values
+
+
+def _in_order(mcode: np.ndarray[Any, Any], pid: np.ndarray[Any, Any],
+              bucket: np.ndarray[Any, Any], start: np.ndarray[Any, Any]) -> bool:
+    """True when rows are already sorted by (model, pid, group, start)."""
+    if len(start) < 2:
+        return True
+    if mcode.min() != mcode.max() or pid.min() != pid.max():
+        return False
+    same = bucket[1:] == bucket[:-1]
+    return bool(np.all(bucket[1:] >= bucket[:-1])
+                and np.all(start[1:][same] >= start[:-1][same]))
+
+
+_SPAN = np.int64(1 << 40)  # ~18 minutes: the longest group the vectorised union handles
+
+
+def _segmented_union(start: np.ndarray[Any, Any], end: np.ndarray[Any, Any],
+                     idx: np.ndarray[Any, Any], counts: np.ndarray[Any, Any],
+                     g_start: np.ndarray[Any, Any], carry: np.ndarray[Any, Any],
+                     ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Per group: union length of its intervals (sorted by start) not already
+    covered up to ``carry`` (a previous max end), and the new max end.
+
+    A running maximum restarted at each group: values are taken relative to
+    the group's first start and offset by ``group index * 2**40``, so one
+    ``np.maximum.accumulate`` serves every group. Groups longer than 2**40 ns
+    fall back to a per-group loop.
+    """
+    base = np.repeat(g_start, counts)
+    rel_s, rel_e = start - base, end - base
+    rel_c = np.maximum(carry - g_start, 0)
+    if len(start) == 0 or rel_e.max(initial=0) >= _SPAN or rel_c.max(initial=0) >= _SPAN:
+        busy = np.empty(len(idx), np.int64)
+        new = np.empty(len(idx), np.int64)
+        for j, (a, c) in enumerate(zip(idx, counts, strict=True)):
+            busy[j], new[j] = _busy_union(start[a:a + c], end[a:a + c], int(carry[j]))
+        return busy, new
+    off = np.repeat(np.arange(len(idx), dtype=np.int64) * _SPAN, counts)
+    e = rel_e.copy()
+    e[idx] = np.maximum(e[idx], rel_c)
+    m = np.maximum.accumulate(off + e) - off
+    prev = np.empty_like(m)
+    prev[1:] = m[:-1]
+    prev[idx] = rel_c
+    contrib = np.clip(rel_e - np.maximum(rel_s, prev), 0, None)
+    busy = np.add.reduceat(contrib, idx)
+    last = np.append(idx[1:], len(start)) - 1
+    return busy, np.maximum(m[last] + g_start, carry)
+
+
 class Analytics:
     """The online engine; ``window_s=None`` keeps everything (captures)."""
 
@@ -164,65 +227,71 @@ class Analytics:
                     st.node_count = int(n)
 
     def _kernels(self, host: str, t: pa.Table) -> None:
+        """Reduce a kernel batch to per-(model, pid, iteration) aggregates.
+
+        Fully vectorised: one lexsort (skipped when the batch is already in
+        order), ``reduceat`` per statistic, and a segmented running maximum
+        for the busy union; Python only touches one record per group.
+        """
         n = t.num_rows
-        model = _col(t, "model", "", n)
-        pid = _col(t, "pid", -1, n)
-        it = _col(t, "iteration", -1, n)
+        mcode, models = _codes(t, "model", "")
+        pid = _col(t, "pid", -1, n).to_numpy()
+        itn = _col(t, "iteration", -1, n).to_numpy()
         start = _col(t, "start_ns", 0, n).to_numpy()
         end = _col(t, "end_ns", 0, n).to_numpy()
         dur = end - start
-        raw_dur = dur
-        fam = _col(t, "kernel_family", "other", n)
         api = _col(t, "launch_api_ns", None, n)
         delay = _col(t, "launch_delay_ns", None, n)
         launch_known = pc.or_(pc.is_valid(api), pc.is_valid(delay)).to_numpy(zero_copy_only=False)
         zero = np.zeros(n, np.int64)
         launch = (pc.fill_null(api, 0).to_numpy() if api.null_count < n else zero) + (
             pc.fill_null(delay, 0).to_numpy() if delay.null_count < n else zero)
-        itn = it.to_numpy()
         bucket = np.where(itn < 0, -1 - start // self.bucket_ns, itn)
-        g = pa.table({"model": model, "pid": pid, "g": bucket, "start": start})
-        order = pc.sort_indices(g, [("model", "ascending"), ("pid", "ascending"),
-                                    ("g", "ascending"), ("start", "ascending")]).to_numpy()
-        keys = pa.table({"model": model, "pid": pid, "g": bucket}).take(order)
-        start, end, dur = start[order], end[order], dur[order]
-        launch, launch_known = launch[order], launch_known[order]
-        gv = bucket[order]
-        mv = keys.column("model").to_numpy(zero_copy_only=False)
-        pv = keys.column("pid").to_numpy()
-        brk = np.flatnonzero((gv[1:] != gv[:-1]) | (pv[1:] != pv[:-1]) | (mv[1:] != mv[:-1])) + 1
-        bounds = np.concatenate([[0], brk, [n]])
-        touched: set[Key] = set()
-        for a, b in itertools.pairwise(bounds):
-            key: Key = (host, int(pv[a]), str(mv[a]))
+        self._family_totals(host, t, models, mcode, pid, dur)
+        if not _in_order(mcode, pid, bucket, start):
+            order = np.lexsort((start, bucket, pid, mcode))
+            mcode, pid, bucket, start, end, dur = (x[order] for x in
+                                                   (mcode, pid, bucket, start, end, dur))
+            launch, launch_known = launch[order], launch_known[order]
+        brk = np.flatnonzero((bucket[1:] != bucket[:-1]) | (pid[1:] != pid[:-1])
+                             | (mcode[1:] != mcode[:-1])) + 1
+        idx = np.concatenate([[0], brk])
+        counts = np.diff(np.append(idx, n))
+        g_start = start[idx]  # sorted by start within a group: the minimum
+        g_end = np.maximum.reduceat(end, idx)
+        g_kernel_ns = np.add.reduceat(dur, idx)
+        g_micro = np.add.reduceat((dur < MICRO_KERNEL_NS).astype(np.int64), idx)
+        g_launch = np.add.reduceat(launch, idx)
+        g_launch_known = np.logical_or.reduceat(launch_known, idx)
+        # Existing records (a group split across messages, or late kernels) carry
+        # their running max end into the union.
+        keys = [(host, int(p), models[int(m)]) for p, m in zip(pid[idx].tolist(),
+                                                                 mcode[idx].tolist(), strict=True)]
+        groups = bucket[idx].tolist()
+        recs: list[Rec] = []
+        carry = np.empty(len(idx), np.int64)
+        for j, (key, grp) in enumerate(zip(keys, groups, strict=True)):
             st = self._state(key)
-            grp = int(gv[a])
-            # Late kernels (redelivered after their iteration span) join the done record.
             rec = st.pending.get(grp) or st.done.get(grp)
             if rec is None:
-                rec = Rec(grp, int(start[a]), int(end[a]), 0, max_end=int(start[a]))
+                rec = Rec(grp, int(g_start[j]), int(g_end[j]), 0, max_end=int(g_start[j]))
                 st.pending[grp] = rec
-            busy, rec.max_end = _busy_union(start[a:b], end[a:b], rec.max_end)
-            rec.busy_ns += busy
-            rec.kernels += int(b - a)
-            rec.kernel_ns += int(dur[a:b].sum())
-            rec.micro += int((dur[a:b] < MICRO_KERNEL_NS).sum())
-            rec.start_ns = min(rec.start_ns, int(start[a]))
-            rec.end_ns = max(rec.end_ns, int(end[a:b].max()))
-            if launch_known[a:b].any():
+            recs.append(rec)
+            carry[j] = rec.max_end
+        busy, new_max = _segmented_union(start, end, idx, counts, g_start, carry)
+        touched: set[Key] = set()
+        for j, rec in enumerate(recs):
+            rec.busy_ns += int(busy[j])
+            rec.max_end = int(new_max[j])
+            rec.kernels += int(counts[j])
+            rec.kernel_ns += int(g_kernel_ns[j])
+            rec.micro += int(g_micro[j])
+            rec.start_ns = min(rec.start_ns, int(g_start[j]))
+            rec.end_ns = max(rec.end_ns, int(g_end[j]))
+            if g_launch_known[j]:
                 rec.launch_known = True
-                rec.launch_ns += int(launch[a:b].sum())
-            touched.add(key)
-        # Cumulative per-family totals (bounded label set), columnar.
-        agg = pa.table({"model": model, "pid": pid, "fam": fam, "dur": raw_dur}).group_by(
-            ["model", "pid", "fam"]
-        ).aggregate([("dur", "sum"), ("dur", "count")])
-        for m, p, f, s, c in zip(*(agg.column(x).to_pylist() for x in
-                                  ("model", "pid", "fam", "dur_sum", "dur_count")), strict=True):
-            st = self._state((host, int(p), str(m)))
-            st.family_spans[str(f)] += int(c)
-            st.family_ns[str(f)] += int(s)
-            st.kernel_spans_total += int(c)
+                rec.launch_ns += int(g_launch[j])
+            touched.add(keys[j])
         for key in touched:
             st = self.keys[key]
             st.dirty = True
@@ -232,6 +301,20 @@ class Analytics:
                 st.window.append(rec)
                 st.done[gk] = rec
             self._evict(st)
+
+    def _family_totals(self, host: str, t: pa.Table, models: list[str],
+                       mcode: np.ndarray[Any, Any], pid: np.ndarray[Any, Any],
+                       dur: np.ndarray[Any, Any]) -> None:
+        """Cumulative spans and time per (model, pid, family): a bounded label set."""
+        fcode, fams = _codes(t, "kernel_family", "other")
+        agg = pa.table({"m": mcode, "p": pid, "f": fcode, "d": dur}).group_by(
+            ["m", "p", "f"]).aggregate([("d", "sum"), ("d", "count")])
+        for m, p, f, s, c in zip(*(agg.column(x).to_pylist() for x in
+                                  ("m", "p", "f", "d_sum", "d_count")), strict=True):
+            st = self._state((host, int(p), models[int(m)]))
+            st.family_spans[fams[int(f)]] += int(c)
+            st.family_ns[fams[int(f)]] += int(s)
+            st.kernel_spans_total += int(c)
 
     def _iterations(self, host: str, t: pa.Table) -> None:
         n = t.num_rows
@@ -270,7 +353,9 @@ class Analytics:
     def _evict(self, st: KeyState) -> None:
         if self.window_s is None or not st.window:
             return
-        horizon = max(r.end_ns for r in st.window) - int(self.window_s * 1e9)
+        # Records arrive close to time order: the newest end is near the tail.
+        newest = max(r.end_ns for r in itertools.islice(reversed(st.window), 64))
+        horizon = newest - int(self.window_s * 1e9)
         while st.window and st.window[0].end_ns < horizon:
             old = st.window.popleft()
             if st.done.get(old.iteration) is old:
