@@ -52,7 +52,9 @@ def _bus_cfg(nats: str | None, creds: str | None, user: str | None, password: st
 
 @app.command()
 def capture(
-    model: Annotated[str, typer.Option(help="ONNX model path or alias (magika)")],
+    command: Annotated[list[str] | None, typer.Argument(
+        help="-- COMMAND ARGS: profile a workload (under rocprofv3 when on PATH)")] = None,
+    model: Annotated[str | None, typer.Option(help="ONNX model path or alias (magika)")] = None,
     iterations: Annotated[int, typer.Option(min=1)] = 200,
     warmup: Annotated[int, typer.Option(min=0)] = 5,
     out: Annotated[Path, typer.Option(help="parent directory of session bundles")] = Path(
@@ -62,8 +64,31 @@ def capture(
     fill: Annotated[list[str], typer.Option(help="constant input NAME=VALUE")] = [],  # noqa: B006
     nats: NatsOpt = None,
     quiet: Annotated[bool, typer.Option(help="no progress bar")] = False,
+    rocprofv3: Annotated[str, typer.Option(help="rocprofv3 executable")] = "rocprofv3",
 ) -> None:
-    """Bounded lab capture; prints the session directory as the last line."""
+    """Bounded lab capture; prints the session directory as the last line.
+
+    Either ``--model M`` (run an ONNX model under ONNX Runtime's profiler) or
+    ``-- COMMAND ARGS`` (run a workload, under rocprofv3 when it is on PATH).
+    """
+    if bool(model) == bool(command):
+        _fail("give either --model or -- COMMAND ARGS")
+    if command:
+        from exporter.capture import format_summary
+        from exporter.capture_cmd import capture_command
+
+        try:
+            session, derived, rc = asyncio.run(
+                capture_command(command, out, BusConfig(url=nats), rocprofv3=rocprofv3))
+        except (FileNotFoundError, PermissionError, BusError, NatsServerError) as e:
+            _fail(str(e))
+            return
+        if rc != 0:
+            typer.echo(f"aaco-exporter: warning: {command[0]} exited with status {rc}", err=True)
+        typer.echo(format_summary(derived))
+        typer.echo(str(session))
+        return
+    assert model is not None
     from collectors.ort import InputError, ModelError
     from exporter.capture import CaptureOptions, format_summary
     from exporter.capture import capture as run_capture

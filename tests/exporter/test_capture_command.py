@@ -1,0 +1,61 @@
+"""`aaco-exporter capture -- COMMAND`: the workload under (a stand-in) rocprofv3."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+STAND_IN = ROOT / "tests/collectors/rocprof/bin"  # a test double of rocprofv3, not the tool
+FIXTURE = ROOT / "collectors/rocprof/testdata/kernel_trace.csv"
+EXE = str(Path(sys.executable).parent / "aaco-exporter")
+WORK = "import time\nt = time.time()\nwhile time.time() - t < 1.0: pass"
+
+
+def _capture(tmp_path: Path, path: str, code: str = WORK) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PATH=path)
+    return subprocess.run([EXE, "capture", "--out", str(tmp_path), "--", sys.executable, "-c",
+                           code], env=env, capture_output=True, text=True, timeout=180,
+                          check=False)
+
+
+@pytest.mark.slow
+def test_command_runs_under_rocprofv3_and_its_kernels_reach_the_bundle(tmp_path: Path) -> None:
+    r = _capture(tmp_path, f"{STAND_IN}:{os.environ['PATH']}")
+    assert r.returncode == 0, r.stderr
+    session = Path(r.stdout.strip().splitlines()[-1])
+    meta = json.loads((session / "session.json").read_text())
+    assert meta["rocprofv3"] is True and meta["exit_status"] == 0
+    assert meta["argv"][0].endswith("rocprofv3") and "--kernel-trace" in meta["argv"]
+    dispatches = sum(1 for line in FIXTURE.read_text().splitlines()
+                     if line.startswith('"KERNEL_DISPATCH"'))
+    assert pq.read_table(session / "profiler/kernels.parquet").num_rows == dispatches
+    assert json.loads((session / "metrics/derived_metrics.json").read_text())[
+        "kernel_count"] == dispatches
+    sched = pq.read_table(session / "telemetry/system_events.parquet")
+    assert sched.num_rows > 0  # the busy workload's threads were sampled
+    assert list((session / "rocprof").rglob("aaco_kernel_trace.csv"))
+
+
+def test_without_rocprofv3_the_command_runs_plain_and_its_status_is_reported(
+        tmp_path: Path) -> None:
+    r = _capture(tmp_path, os.path.dirname(sys.executable) + ":/usr/bin:/bin",
+                 code="import sys; sys.exit(3)")
+    assert r.returncode == 0, r.stderr
+    assert "exited with status 3" in r.stderr
+    session = Path(r.stdout.strip().splitlines()[-1])
+    meta = json.loads((session / "session.json").read_text())
+    assert meta["rocprofv3"] is False and meta["exit_status"] == 3
+    assert pq.read_table(session / "profiler/kernels.parquet").num_rows == 0
+
+
+def test_model_and_command_together_is_a_usage_error(tmp_path: Path) -> None:
+    r = subprocess.run([EXE, "capture", "--model", "magika", "--out", str(tmp_path), "--",
+                        "true"], capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 2 and "either --model or -- COMMAND" in r.stderr
