@@ -48,6 +48,34 @@ class OtlpBusBridge:
         parts = self._buf[host].pop(signal, [])
         return pa.concat_tables(parts) if parts else None
 
+    async def _publish_traces(self, bus: Bus, host: str, kernels: pa.Table,
+                              iters: pa.Table) -> int:
+        """One request, or halves by iterations (kernels follow their iteration)
+        until each message fits ``bus.cfg.max_payload_bytes``."""
+        req = traces_request(kernels, iters, host, self.policy)
+        msg = schema.encode_otlp("traces", req, host=host,
+                                 msg_id=f"otlp-{self._run}-{next(self._seq)}")
+        if len(msg.payload) <= bus.cfg.max_payload_bytes:
+            await bus.js.publish(msg.subject, msg.payload, headers=msg.headers)
+            return 1
+        if iters.num_rows > 1:
+            half = iters.num_rows // 2
+            n = 0
+            for part in (iters.slice(0, half), iters.slice(half)):
+                mine = pc.fill_null(pc.is_in(kernels.column("iteration"),
+                                             value_set=part.column("iteration")), False)
+                n += await self._publish_traces(bus, host, kernels.filter(mine), part)
+            orphans = kernels.filter(pc.is_null(kernels.column("iteration")))
+            if orphans.num_rows:
+                n += await self._publish_traces(bus, host, orphans, _empty("iteration_span"))
+            return n
+        if kernels.num_rows > 1 and iters.num_rows == 0:
+            half = kernels.num_rows // 2
+            return (await self._publish_traces(bus, host, kernels.slice(0, half), iters)
+                    + await self._publish_traces(bus, host, kernels.slice(half), iters))
+        self.dropped += kernels.num_rows + iters.num_rows  # one span tree over the limit
+        return 0
+
     async def flush(self, bus: Bus) -> int:
         """Publish one traces and one metrics request per host; returns messages."""
         n = 0
@@ -64,14 +92,9 @@ class OtlpBusBridge:
                     self.dropped += waiting.num_rows
                 kernels = kernels.filter(pc.invert(has_it))
             if (kernels is not None and kernels.num_rows) or iters is not None:
-                req = traces_request(
-                    kernels if kernels is not None else _empty("kernel_span"),
-                    iters if iters is not None else _empty("iteration_span"),
-                    host, self.policy)
-                msg = schema.encode_otlp("traces", req, host=host,
-                                         msg_id=f"otlp-{self._run}-{next(self._seq)}")
-                await bus.js.publish(msg.subject, msg.payload, headers=msg.headers)
-                n += 1
+                n += await self._publish_traces(
+                    bus, host, kernels if kernels is not None else _empty("kernel_span"),
+                    iters if iters is not None else _empty("iteration_span"))
             analytics = self._take(host, "analytics_result")
             gauges = self._take(host, "gauge_sample")
             if analytics is not None or gauges is not None:
