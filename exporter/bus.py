@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -70,11 +71,14 @@ class BusConfig:
 
 
 _last_error: list[Exception] = []
+CLIENT_ERRORS: Counter[str] = Counter()
+"""nats-py client errors by type (``SlowConsumerError`` means dropped messages)."""
 
 
 async def _log_error(e: Exception) -> None:
-    """nats-py's error callback: one log line, never a traceback on stderr."""
+    """nats-py's error callback: counted, one log line, never a traceback."""
     _last_error[:] = [e]
+    CLIENT_ERRORS[type(e).__name__] += 1
     log.warning("nats: %s: %s", type(e).__name__, e)
 
 

@@ -23,7 +23,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 
 from collectors.base import Collector
-from exporter.bus import Bus, BusConfig
+from exporter.bus import CLIENT_ERRORS, Bus, BusConfig
 from exporter.natsserver import EmbeddedNats
 from exporter.sinks.prometheus import counters_family
 
@@ -122,6 +122,10 @@ class Pipeline:
         drops = Counter(self.drops)
         if extra_drops is not None:
             drops.update(extra_drops())
+        drops.update(self.collector_drops())
+        slow = CLIENT_ERRORS.get("SlowConsumerError", 0)
+        if slow:
+            drops["nats_slow_consumer"] = slow
         for reason in ("bad_payload", "schema_mismatch", "missing_header", "collector_error"):
             drops.setdefault(reason, 0)
         yield counters_family("aaco_exporter_events_dropped",
@@ -130,6 +134,19 @@ class Pipeline:
             yield counters_family("aaco_exporter_events_received",
                                   "Bus messages processed by analytics, by signal", "signal",
                                   received())
+
+    def collector_drops(self) -> Counter[str]:
+        """Drops the collectors counted themselves (bad rows, failed CLI calls),
+        as ``<collector>_<reason>``: a ``drops`` Counter/dict or ``drops()``."""
+        out: Counter[str] = Counter()
+        for c in self.collectors:
+            d = getattr(c, "drops", None)
+            if callable(d):
+                d = d()
+            if isinstance(d, dict):  # Counter is a dict
+                for reason, n in d.items():
+                    out[f"{c.name}_{reason}"] += int(n)
+        return out
 
     async def close(self) -> None:
         for c in self.collectors:
