@@ -187,7 +187,7 @@ async def capture(opts: CaptureOptions, bus_cfg: BusConfig) -> tuple[Path, dict[
         "started_ns": started, "ended_ns": time.time_ns(), "iterations": opts.iterations,
         "warmup": opts.warmup, "schema_version": schema.SCHEMA_VERSION,
         "nats": bus_cfg.url or "embedded", "rows": counts,
-        "drops": dict(consumer.drops + sink.drops + pipe.drops),
+        "drops": dict(consumer.drops + consumer.engine.drops + sink.drops + pipe.drops),
     })
     return out, derived
 

@@ -104,6 +104,7 @@ async def capture_command(cmd: Sequence[str], out_parent: Path, bus_cfg: BusConf
         "session_id": session, "host": host, "kind": "command", "command": list(cmd),
         "argv": argv, "rocprofv3": use_rocprof, "exit_status": rc,
         "schema_version": schema.SCHEMA_VERSION, "nats": bus_cfg.url or "embedded",
-        "rows": counts, "drops": dict(consumer.drops + sink.drops + pipe.drops),
+        "rows": counts,
+        "drops": dict(consumer.drops + consumer.engine.drops + sink.drops + pipe.drops),
     })
     return out, derived, int(rc if rc is not None else -1)

@@ -93,7 +93,7 @@ async def run_daemon(opts: DaemonOptions, bus_cfg: BusConfig,
     await consumer.start()
 
     def self_metrics() -> Any:
-        yield from pipe.health_metrics(lambda: consumer.drops + state.drops,
+        yield from pipe.health_metrics(lambda: consumer.drops + consumer.engine.drops + state.drops,
                                        lambda: Counter(consumer.received))
         info = GaugeMetricFamily("aaco_exporter_build_info", "Build information",
                                  labels=["version", "schema_version"])

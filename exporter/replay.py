@@ -76,6 +76,6 @@ async def replay(paths: Sequence[Path], out_parent: Path,
         "session_id": session, "host": host, "kind": "replay",
         "inputs": [str(p) for p in paths], "schema_version": schema.SCHEMA_VERSION,
         "nats": bus_cfg.url or "embedded", "rows": counts,
-        "drops": dict(consumer.drops + sink.drops + pipe.drops),
+        "drops": dict(consumer.drops + consumer.engine.drops + sink.drops + pipe.drops),
     })
     return out, derived, rejects
