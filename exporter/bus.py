@@ -4,7 +4,10 @@ Subjects are ``aaco.v1.<signal>.<host>`` (:func:`exporter.schema.subject`).
 One JetStream stream (default ``AACO``) captures ``aaco.v1.>`` with limits
 retention (``max_age_s``, ``max_bytes``) and a duplicate window, so a consumer
 restarted within retention loses nothing and a re-published message id is
-stored once.
+stored once. With ``partitions=N`` the stream stores
+``aaco.v1.<signal>.<host>`` as ``aaco.v1.<signal>.<host>.<p>`` (NATS
+``partition(N)`` subject transform on the host token), which lets several
+analytics instances share the hosts; filters ending in ``>`` see both forms.
 
 Errors: :class:`BusError` when the server cannot be reached after the bounded
 retries (the message names the URL and the last error).
@@ -23,7 +26,7 @@ import nats
 import pyarrow as pa
 from nats.aio.client import Client
 from nats.js import JetStreamContext
-from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+from nats.js.api import RetentionPolicy, StorageType, StreamConfig, SubjectTransform
 from nats.js.errors import BadRequestError
 
 from collectors.base import Emit
@@ -59,6 +62,7 @@ class BusConfig:
     tls_cert: str | None = None
     tls_key: str | None = None
     max_payload_bytes: int = 900_000
+    partitions: int = 1  # >1: the stream appends a partition(N, host) subject token
     extra: dict[str, object] = field(default_factory=dict)
 
     def tls_context(self) -> ssl.SSLContext | None:
@@ -146,6 +150,13 @@ class Bus:
             max_bytes=self.cfg.max_bytes,
             duplicate_window=self.cfg.duplicate_window_s,
         )
+        if self.cfg.partitions > 1:
+            # Stored subjects become aaco.v1.<signal>.<host>.<p>, p = hash(host) mod N,
+            # so analytics instances can split hosts between them (see consumer).
+            sc.subject_transform = SubjectTransform(
+                src=f"{schema.SUBJECT_PREFIX}.*.*",
+                dest=f"{schema.SUBJECT_PREFIX}.{{{{wildcard(1)}}}}.{{{{wildcard(2)}}}}."
+                     f"{{{{partition({self.cfg.partitions},2)}}}}")
         try:
             await self.js.add_stream(sc)
         except BadRequestError:

@@ -214,8 +214,17 @@ def analytics(
     window: Annotated[float, typer.Option(help="analytics window, seconds")] = 30.0,
     batch: Annotated[int, typer.Option(min=1, help="messages per fetch")] = 512,
     exit_when_idle: Annotated[bool, typer.Option(help="stop once nothing is pending")] = False,
+    partitions: Annotated[int, typer.Option(min=1, help="stream partitions by host")] = 1,
+    instance: Annotated[str, typer.Option(help="K/M: this worker's share of the hosts")] = "0/1",
 ) -> None:
-    """A standalone analytics worker: JetStream in, analytics results out."""
+    """A standalone analytics worker: JetStream in, analytics results out.
+
+    Several workers share the hosts with ``--instance K/M`` on a stream created
+    with ``--partitions N`` (N >= M); each worker uses the durable ``NAME-K``.
+    """
+    k, _, m = instance.partition("/")
+    if not (k.isdigit() and m.isdigit() and int(k) < int(m)):
+        _fail(f"--instance {instance!r} is not K/M with K < M")
     from exporter.bus import Bus
     from stream_analytics.consumer import AnalyticsConsumer
 
@@ -223,8 +232,11 @@ def analytics(
         import signal
         import socket
 
-        bus = await Bus.open(nats, BusConfig(url=nats), socket.gethostname())
-        consumer = AnalyticsConsumer(bus, durable=durable, window_s=window, batch=batch)
+        bus = await Bus.open(nats, BusConfig(url=nats, partitions=partitions),
+                             socket.gethostname())
+        name = durable if m == "1" else f"{durable}-{k}"
+        consumer = AnalyticsConsumer(bus, durable=name, window_s=window, batch=batch,
+                                     instance=int(k), instances=int(m))
         await consumer.start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

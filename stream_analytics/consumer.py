@@ -18,6 +18,10 @@ redelivered message in that set is acknowledged without being folded in
 again. The set is pruned to sequences above the ack floor, so it stays
 bounded by ``max_ack_pending``.
 
+Work sharing: on a stream with ``partitions=N`` (:class:`exporter.bus.BusConfig`),
+``instances=M`` workers each run ``instance=k`` under their own durable name
+and take the hosts of partitions ``p % M == k``; each checkpoints separately.
+
 Result message ids are ``<durable>:<generation>:<first>-<last>:<count>``,
 where the generation counts checkpointed steps. A consumer that published
 and then died before checkpointing re-publishes from the same state with the
@@ -72,7 +76,12 @@ class AnalyticsConsumer:
         deliver_all: bool = True,
         session: str | None = None,
         flush_interval_s: float = 1.0,
+        instance: int = 0,
+        instances: int = 1,
     ) -> None:
+        if not 0 <= instance < instances:
+            raise ValueError(f"instance {instance} is not in 0..{instances - 1}")
+        self.instance, self.instances = instance, instances
         self.bus = bus
         self.flush_interval_s = flush_interval_s
         self._unacked: list[Any] = []
@@ -102,7 +111,7 @@ class AnalyticsConsumer:
             durable_name=self.durable,
             ack_policy=AckPolicy.EXPLICIT,
             deliver_policy=DeliverPolicy.ALL if self.deliver_all else DeliverPolicy.NEW,
-            filter_subjects=[f"{schema.SUBJECT_PREFIX}.{s}.>" for s in INPUTS],
+            filter_subjects=self.filter_subjects(),
             max_ack_pending=50_000,
             ack_wait=10,
         )
@@ -129,6 +138,22 @@ class AnalyticsConsumer:
                 log.info("resumed %s at stream sequence %d", self.durable, self.last_seq)
             except KeyNotFoundError:
                 pass
+
+    def filter_subjects(self) -> list[str]:
+        """Every input subject, or this instance's partitions of them.
+
+        With ``instances=M`` over a stream of ``N`` partitions (``N >= M``),
+        instance ``k`` takes partitions ``p`` with ``p % M == k``: every host
+        belongs to exactly one instance, so no window is counted twice.
+        """
+        if self.instances == 1:
+            return [f"{schema.SUBJECT_PREFIX}.{s}.>" for s in INPUTS]
+        n = self.bus.cfg.partitions
+        if n < self.instances:
+            raise ValueError(f"{self.instances} instances need a stream of at least as many "
+                             f"partitions (have {n}; set --partitions)")
+        mine = [p for p in range(n) if p % self.instances == self.instance]
+        return [f"{schema.SUBJECT_PREFIX}.{s}.*.{p}" for s in INPUTS for p in mine]
 
     async def step(self, timeout: float = 0.5) -> int:
         """Fetch and fold one batch; returns the number of messages fetched.
