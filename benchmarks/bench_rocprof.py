@@ -1,77 +1,307 @@
 """Benchmark: rocprofv3 kernel_trace.csv -> Arrow kernel_span batches vs per-span baselines.
 
 Generates ``*_synthetic_kernel_trace.csv`` at run time in a temp dir from the
-real fixture rows (collectors/rocprof/testdata/kernel_trace.csv) with unique
-dispatch/correlation ids, then reports, single-threaded (spans/s per core):
+real fixture rows (collectors/rocprof/testdata/kernel_trace.csv): every
+100,000-row block repeats the fixture rows with unique dispatch/correlation
+ids and start/end shifted 20 us per row, and each block starts 2 s after the
+previous one, so the file reads as one long GPU trace. All legs run in one
+process run, one after the other, and report kernel spans/s per core:
 
-1. columnar parse (this package) into KERNEL_SPAN record batches;
-2. baseline A: Python ``csv`` module, one dict per row;
-3. baseline B: one OpenTelemetry SDK span per kernel, BatchSpanProcessor +
-   OTLP/gRPC exporter to a closed local port (export fails fast; the cost
-   measured is the SDK's per-span work);
-4. peak RSS (``resource.getrusage`` in a fresh subprocess) parsing 1M and
+1. **parse**: columnar parse (``iter_csv_kernel_spans``) into KERNEL_SPAN
+   record batches, single-threaded;
+2. **end to end** (issue 3): ``collectors.rocprof.replay.load_paths`` parses
+   the same file (in ``<tmp>/<pid>/``, rocprofv3's layout) -> every batch
+   ``Bus.publish_table("kernel_span", ...)`` -> embedded nats-server
+   (JetStream, file storage) -> ``AnalyticsConsumer(window_s=30,
+   checkpoint=True)`` stepping in the same event loop as the publisher, as
+   ``aaco-exporter replay``/``run`` wires them. The clock stops when
+   everything published is consumed, folded, checkpointed and acknowledged
+   (``pending() == 0``); the last ``analytics_result`` on the bus must report
+   ``kernel_spans_total`` == rows parsed (asserted). CPU = this process +
+   the nats-server child. A 100,000-row warm-up run (own nats-server) comes
+   first so lazy imports (river, on the first analytics result) are not
+   timed, as in a running exporter;
+3. baseline A: Python ``csv`` module, one dict per row;
+4. baseline B (reference): ``csv.DictReader`` -> one OpenTelemetry SDK span
+   per kernel (``BatchSpanProcessor``, queue as large as the input) ->
+   ``OTLPSpanExporter`` over gRPC to a **real** OTLP/gRPC receiver (child
+   process on 127.0.0.1:0 counting spans); the clock stops when the receiver
+   has every span (asserted). CPU = this process + the receiver child;
+5. baseline C: as B but exporting to a closed port (127.0.0.1:9): export
+   fails fast, so this measures span creation only, CPU of this process up
+   to the last ``span.end()``. Kept for comparison with earlier runs; B pays
+   for real delivery, as the issue's baseline does, and is the one the
+   ratios use;
+6. peak RSS (``resource.getrusage`` in a fresh subprocess) parsing 1M and
    ``--rss-rows`` (default 10M) rows: streaming keeps it flat.
 
-Usage: ``python benchmarks/bench_rocprof.py [--rows 2000000] [--rss-rows 10000000]``
+Usage: ``python benchmarks/bench_rocprof.py [--rows 2000000] [--baseline-rows 50000]
+[--rss-rows 10000000] [--no-rss]``
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import csv
+import multiprocessing as mp
+import os
+import resource
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.sharedctypes import Synchronized
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 FIXTURE = ROOT / "collectors" / "rocprof" / "testdata" / "kernel_trace.csv"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+E2E_PID = 4242
+"""pid directory of the end-to-end input (rocprofv3 writes ``<host>/<pid>/``)."""
 
 
 def make_file(path: Path, rows: int, block: int = 100_000) -> None:
-    """Write ``rows`` data rows cycling the fixture rows; ids unique per block."""
+    """Write ``rows`` data rows cycling the fixture rows; ids unique per block,
+    start/end +20 us per row and +2 s (``block`` rows) per block."""
     lines = FIXTURE.read_text().splitlines()
     hdr, src = lines[0], list(csv.reader(lines[1:]))
-    out = []
-    for i in range(min(rows, block)):
+    n = min(rows, block)
+    pre: list[str] = []
+    post: list[str] = []
+    start: list[int] = []
+    end: list[int] = []
+    for i in range(n):
         r = list(src[i % len(src)])
         r[5] = r[8] = str(i + 1)
-        r[9], r[10] = str(int(r[9]) + i * 20000), str(int(r[10]) + i * 20000)
-        out.append(",".join(f'"{v}"' if j in (0, 1, 7) else v for j, v in enumerate(r)))
-    blob = ("\n".join(out) + "\n").encode()
+        q = [f'"{v}"' if j in (0, 1, 7) else v for j, v in enumerate(r)]
+        pre.append(",".join(q[:9]) + ",")
+        post.append("," + ",".join(q[11:]) + "\n")
+        start.append(int(r[9]) + i * 20000)
+        end.append(int(r[10]) + i * 20000)
+    period = block * 20000
     with path.open("wb") as f:
         f.write(hdr.encode() + b"\n")
-        full, rest = divmod(rows, block)
-        for _ in range(full):
-            f.write(blob)
-        if rest:
-            f.write(b"".join(blob.splitlines(keepends=True)[:rest]))
+        for b, lo in enumerate(range(0, rows, block)):
+            off, k = b * period, min(block, rows - lo)
+            f.write("".join([f"{p}{s + off},{e + off}{q}" for p, s, e, q in
+                             zip(pre[:k], start[:k], end[:k], post[:k], strict=True)]).encode())
 
 
-def bench_arrow(path: Path) -> tuple[int, float]:
+# -- CPU accounting (as benchmarks/bench_pipeline.py) ------------------------------------
+def self_cpu_s() -> float:
+    """User + system CPU seconds of this process (all its threads)."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def pid_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a live child process (``/proc/<pid>/stat``)."""
+    raw = Path(f"/proc/{pid}/stat").read_text()
+    fields = raw[raw.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def machine_busy_s() -> float:
+    """CPU seconds all processes on the machine have used (``/proc/stat``)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = v
+    return (user + nice + system + irq + softirq + steal) / CLK_TCK
+
+
+@dataclass
+class Meter:
+    """Wall clock and CPU of this process plus (optionally) one child over a phase."""
+
+    child_pid: int | None = None
+    wall0: float = 0.0
+    self0: float = 0.0
+    child0: float = 0.0
+    busy0: float = 0.0
+    wall_s: float = 0.0
+    self_cpu_s: float = 0.0
+    child_cpu_s: float = 0.0
+    others_cores: float = 0.0  # cores other processes kept busy meanwhile
+
+    def _child(self) -> float:
+        return pid_cpu_s(self.child_pid) if self.child_pid is not None else 0.0
+
+    def start(self) -> None:
+        self.self0, self.child0 = self_cpu_s(), self._child()
+        self.busy0 = machine_busy_s()
+        self.wall0 = time.perf_counter()
+
+    def stop(self) -> None:
+        self.wall_s = time.perf_counter() - self.wall0
+        self.self_cpu_s = self_cpu_s() - self.self0
+        self.child_cpu_s = self._child() - self.child0
+        others = machine_busy_s() - self.busy0 - self.self_cpu_s - self.child_cpu_s
+        self.others_cores = max(0.0, others) / self.wall_s
+
+
+@dataclass
+class Result:
+    name: str
+    spans: int
+    wall_s: float
+    self_cpu_s: float
+    child_cpu_s: float = 0.0
+    others_cores: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, name: str, spans: int, m: Meter, **extra: Any) -> Result:
+        return cls(name, spans, m.wall_s, m.self_cpu_s, m.child_cpu_s, m.others_cores, extra)
+
+    @property
+    def cpu_s(self) -> float:
+        return self.self_cpu_s + self.child_cpu_s
+
+    @property
+    def spans_per_s(self) -> float:
+        return self.spans / self.wall_s
+
+    @property
+    def spans_per_cpu_s(self) -> float:
+        return self.spans / self.cpu_s
+
+
+# -- 1. parse ---------------------------------------------------------------------------
+def bench_arrow(path: Path) -> Result:
     from collectors.rocprof.kernels import iter_csv_kernel_spans
     from collectors.rocprof.rejects import Rejects
 
-    t0, n = time.process_time(), 0
+    m, n = Meter(), 0
+    m.start()
     for b in iter_csv_kernel_spans(path, "rocprofv3_kernel_trace", Rejects()):
         n += b.num_rows
-    return n, time.process_time() - t0
+    m.stop()
+    return Result.of("arrow parse -> kernel_span", n, m)
 
 
-def bench_csv(path: Path, limit: int) -> tuple[int, float]:
-    t0, n = time.process_time(), 0
+# -- 2. end to end: parse -> bus -> analytics -------------------------------------------
+async def _e2e(url: str, path: Path, meter: Meter) -> dict[str, Any]:
+    from collectors.rocprof.rejects import Rejects
+    from collectors.rocprof.replay import load_paths
+    from exporter import schema
+    from exporter.bus import Bus, BusConfig
+    from stream_analytics.consumer import AnalyticsConsumer
+
+    host = socket.gethostname()
+    cfg = BusConfig(url=url)
+    bus = await Bus.open(url, cfg, host)
+    try:
+        durable = f"aaco-analytics-{schema.sanitize_token(host)}"
+        consumer = AnalyticsConsumer(bus, durable=durable, window_s=30.0, checkpoint=True)
+        await consumer.start()
+        rejects = Rejects()
+        published = asyncio.Event()
+        rows = batches = 0
+
+        async def publish() -> None:
+            nonlocal rows, batches
+            for e in load_paths([path], rejects):
+                await bus.publish_table(e.signal, e.batch, e.key)
+                rows += e.batch.num_rows
+                batches += 1
+            published.set()
+
+        async def consume() -> None:
+            while True:
+                n = await consumer.step(timeout=0.2)
+                if n == 0 and published.is_set() and await consumer.pending() == 0:
+                    return
+
+        meter.start()
+        await asyncio.gather(publish(), consume())
+        meter.stop()
+        last = await bus.js.get_last_msg(cfg.stream, schema.subject("analytics_result", host))
+        _, _, _, batch = schema.decode(last.data or b"", last.headers)
+        res = [r for r in batch.to_pylist() if r["pid"] == E2E_PID]
+        return {
+            "kernel_spans_total": res[-1]["kernel_spans_total"] if res else None,
+            "rows_parsed": rows,
+            "rejects": rejects.total,
+            "batches": batches,
+            "kernel_messages": consumer.received["kernel_span"],
+            "messages_published": bus.published_messages,
+            "results_published": consumer.results_published,
+            "drops": dict(consumer.drops),
+        }
+    finally:
+        await bus.close()
+
+
+def bench_e2e(path: Path) -> Result:
+    from exporter.natsserver import EmbeddedNats
+
+    srv = EmbeddedNats()
+    try:
+        url = srv.start()
+        assert srv.proc is not None
+        meter = Meter(srv.proc.pid)
+        extra = asyncio.run(_e2e(url, path, meter))
+    finally:
+        srv.stop()
+    n = extra["rows_parsed"]
+    assert extra["rejects"] == 0, f"{extra['rejects']} rows rejected"
+    got = extra["kernel_spans_total"]
+    assert got == n, f"analytics kernel_spans_total {got} != published {n}"
+    return Result.of("end to end: parse->bus->analytics", n, meter, **extra)
+
+
+# -- 3. baseline A: csv module ------------------------------------------------------------
+def bench_csv(path: Path, limit: int) -> Result:
+    m, n = Meter(), 0
+    m.start()
     with path.open(newline="") as f:
         for row in csv.DictReader(f):
             _ = int(row["End_Timestamp"]) - int(row["Start_Timestamp"])
             n += 1
             if n >= limit:
                 break
-    return n, time.process_time() - t0
+    m.stop()
+    return Result.of("baseline: csv.DictReader per row", n, m)
 
 
-def bench_otel(path: Path, limit: int) -> tuple[int, float]:
+# -- 4./5. baselines B and C: one OTel SDK span per kernel over OTLP/gRPC ----------------
+def _receiver(conn: Connection, count: Synchronized[int], stop: Any) -> None:
+    """Child process: an OTLP/gRPC trace receiver that counts spans."""
+    import grpc
+    from opentelemetry.proto.collector.trace.v1 import (
+        trace_service_pb2,
+        trace_service_pb2_grpc,
+    )
+
+    class Counter(trace_service_pb2_grpc.TraceServiceServicer):
+        def Export(self, request: Any, context: Any) -> Any:
+            n = sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+            with count.get_lock():
+                count.value += n
+            return trace_service_pb2.ExportTraceServiceResponse()
+
+    server = grpc.server(ThreadPoolExecutor(max_workers=4),
+                         options=[("grpc.max_receive_message_length", 64 << 20)])
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Counter(), server)  # type: ignore[no-untyped-call]
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    conn.send(port)
+    stop.wait()
+    server.stop(0)
+
+
+def _otel_spans(path: Path, limit: int, endpoint: str, queue: int, timeout: float | None,
+                meter: Meter, wait_for: Any = None) -> int:
+    """csv.DictReader -> one span per row; returns spans made. ``wait_for(n)``
+    blocks until delivery completes before the meter stops."""
     import logging
 
     from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
@@ -80,28 +310,74 @@ def bench_otel(path: Path, limit: int) -> tuple[int, float]:
 
     logging.getLogger("opentelemetry").setLevel(logging.CRITICAL)
     provider = TracerProvider()
-    exporter = OTLPSpanExporter(endpoint="127.0.0.1:9", insecure=True, timeout=1)
-    provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=1 << 16))
+    exporter = OTLPSpanExporter(endpoint=endpoint, insecure=True, timeout=timeout)
+    provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=queue,
+                                                   max_export_batch_size=512,
+                                                   schedule_delay_millis=100))
     tracer = provider.get_tracer("bench")
-    t0, n = time.process_time(), 0
-    with path.open(newline="") as f:
-        for row in csv.DictReader(f):
-            s = tracer.start_span(row["Kernel_Name"], start_time=int(row["Start_Timestamp"]),
-                                  attributes={"agent": row["Agent_Id"],
-                                              "queue": int(row["Queue_Id"])})
-            s.end(end_time=int(row["End_Timestamp"]))
-            n += 1
-            if n >= limit:
-                break
-    dt = time.process_time() - t0
-    provider.shutdown()
-    return n, dt
+    n = 0
+    try:
+        meter.start()
+        with path.open(newline="") as f:
+            for row in csv.DictReader(f):
+                s = tracer.start_span(row["Kernel_Name"], start_time=int(row["Start_Timestamp"]),
+                                      attributes={"agent": row["Agent_Id"],
+                                                  "queue": int(row["Queue_Id"])})
+                s.end(end_time=int(row["End_Timestamp"]))
+                n += 1
+                if n >= limit:
+                    break
+        if wait_for is not None:
+            wait_for(n)
+        meter.stop()
+    finally:
+        provider.shutdown()
+    return n
 
 
+def bench_otel_closed(path: Path, limit: int) -> Result:
+    m = Meter()
+    n = _otel_spans(path, limit, "127.0.0.1:9", 1 << 16, 1, m)
+    return Result.of("baseline: OTel span, OTLP to closed port", n, m)
+
+
+def bench_otel_real(path: Path, limit: int, timeout_s: float = 300.0) -> Result:
+    ctx = mp.get_context("spawn")
+    count: Synchronized[int] = ctx.Value("q", 0)
+    stop = ctx.Event()
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_receiver, args=(child, count, stop), daemon=True)
+    proc.start()
+    try:
+        if not parent.poll(30):
+            raise RuntimeError("OTLP receiver did not start")
+        port = int(parent.recv())
+        assert proc.pid is not None
+        m = Meter(proc.pid)
+
+        def wait_for(n: int) -> None:
+            deadline = time.monotonic() + timeout_s
+            while count.value < n:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"receiver got {count.value} of {n} spans")
+                time.sleep(0.002)
+
+        # Queue as large as the input: the default (2,048) drops spans.
+        n = _otel_spans(path, limit, f"127.0.0.1:{port}", max(limit, 2048), None, m, wait_for)
+        received = int(count.value)
+    finally:
+        stop.set()
+        proc.join(10)
+        if proc.is_alive():
+            proc.terminate()
+            proc.join(5)
+    assert received == n, f"receiver got {received} != {n}"
+    return Result.of("baseline: OTel span + OTLP/gRPC, receiver", n, m, received=received)
+
+
+# -- 6. peak RSS ----------------------------------------------------------------------------
 def rss_child(path: Path) -> None:
-    import resource
-
-    n, _ = bench_arrow(path)
+    n = bench_arrow(path).spans
     print(n, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
@@ -111,36 +387,87 @@ def peak_rss(path: Path) -> tuple[int, int]:
     return int(out[0]), int(out[1])
 
 
+def table_text(results: list[Result], ref: Result) -> str:
+    hdr = (f"{'path':<43}{'spans':>11}{'wall s':>8}{'cpu s':>7}{'(self+child)':>13}"
+           f"{'spans/s':>12}{'spans/cpu-s':>13}{'x otel':>8}{'others':>7}")
+    lines = [hdr, "-" * len(hdr)]
+    for r in results:
+        split = f"{r.self_cpu_s:.2f}+{r.child_cpu_s:.2f}"
+        lines.append(f"{r.name:<43}{r.spans:>11,}{r.wall_s:>8.2f}{r.cpu_s:>7.2f}{split:>13}"
+                     f"{r.spans_per_s:>12,.0f}{r.spans_per_cpu_s:>13,.0f}"
+                     f"{r.spans_per_cpu_s / ref.spans_per_cpu_s:>8.1f}{r.others_cores:>7.2f}")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rows", type=int, default=2_000_000)
+    ap.add_argument("--rows", type=int, default=2_000_000, help="rows in the parse/e2e file")
     ap.add_argument("--baseline-rows", type=int, default=50_000)
     ap.add_argument("--rss-rows", type=int, default=10_000_000)
+    ap.add_argument("--no-rss", action="store_true", help="skip the peak-RSS legs")
     ap.add_argument("--rss-child")
     a = ap.parse_args()
     if a.rss_child:
         rss_child(Path(a.rss_child))
         return
+
+    def say(msg: str) -> None:
+        print(msg, flush=True)
+
     with tempfile.TemporaryDirectory() as d:
-        p = Path(d) / "bench_synthetic_kernel_trace.csv"
+        p = Path(d) / str(E2E_PID) / "bench_synthetic_kernel_trace.csv"
+        p.parent.mkdir()
+        t0 = time.perf_counter()
         make_file(p, a.rows)
+        say(f"input: {a.rows:,} rows, {p.stat().st_size / 1e6:.0f} MB, tiled from the "
+            f"fixture's real rocprofv3 rows ({time.perf_counter() - t0:.1f} s)")
         bench_arrow(p)  # warm the page cache
-        n, dt = bench_arrow(p)
-        nc, dc = bench_csv(p, a.baseline_rows)
-        no, do = bench_otel(p, a.baseline_rows)
-        print(f"{'path':<44}{'spans':>12}{'cpu s':>9}{'spans/s/core':>15}{'x otel':>9}")
-        for name, k, t in (("arrow columnar parse -> kernel_span", n, dt),
-                           ("baseline: csv.DictReader per row", nc, dc),
-                           ("baseline: OTel SDK span + OTLP/gRPC", no, do)):
-            print(f"{name:<44}{k:>12,}{t:>9.2f}{k / t:>15,.0f}{(k / t) / (no / do):>9.1f}")
+        # Warm-up end-to-end run on a small file in its own nats-server: the
+        # analytics import river (drift detectors) lazily on the first result,
+        # ~1 s once per process that a running exporter has long paid.
+        w = Path(d) / "warm" / str(E2E_PID) / "warm_kernel_trace.csv"
+        w.parent.mkdir(parents=True)
+        make_file(w, 100_000)
+        say(f"warm-up end to end ({bench_e2e(w).spans:,} rows) ...")
+        w.unlink()
+        steps: list[tuple[str, Callable[[], Result]]] = [
+            ("parse", lambda: bench_arrow(p)),
+            ("end to end", lambda: bench_e2e(p)),
+            ("csv baseline", lambda: bench_csv(p, a.baseline_rows)),
+            ("OTel baseline (receiver)", lambda: bench_otel_real(p, a.baseline_rows)),
+            ("OTel baseline (closed port)", lambda: bench_otel_closed(p, a.baseline_rows)),
+        ]
+        results: list[Result] = []
+        for label, fn in steps:
+            say(f"running {label} ...")
+            results.append(fn())
+        parse, e2e, _, ref, closed = results
+        say("")
+        say(f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}")
+        say(table_text(results, ref))
+        say("(cpu s = this process + child: nats-server for end to end, the OTLP receiver "
+            "for the receiver baseline; x otel = spans/cpu-s over the receiver baseline's; "
+            "others = cores other processes kept busy meanwhile)")
+        say(f"end to end vs OTel per-span baseline with real delivery (reference): "
+            f"{e2e.spans_per_s / ref.spans_per_s:.1f}x spans/s, "
+            f"{e2e.spans_per_cpu_s / ref.spans_per_cpu_s:.1f}x spans per CPU-second; "
+            f"vs closed-port OTel (span creation only): "
+            f"{e2e.spans_per_cpu_s / closed.spans_per_cpu_s:.1f}x per CPU-second")
+        x = e2e.extra
+        say(f"check: analytics kernel_spans_total = {x['kernel_spans_total']:,} = parsed "
+            f"{x['rows_parsed']:,} ({x['batches']} batches, {x['kernel_messages']} kernel_span "
+            f"messages, {x['results_published']} result rows, drops {x['drops'] or 0}); "
+            f"OTLP receiver got {ref.extra['received']:,} of {ref.spans:,}")
+        say(f"file MB/s (arrow parse): {p.stat().st_size / parse.cpu_s / 1e6:.0f}")
         p.unlink()
-        print(f"file MB/s (arrow): {n * 190 / dt / 1e6:.0f} (approx. 190 B/row)")
+        if a.no_rss:
+            return
         for rows in (1_000_000, a.rss_rows):
             q = Path(d) / f"rss_{rows}_synthetic_kernel_trace.csv"
             make_file(q, rows)
             got, kb = peak_rss(q)
             gb = q.stat().st_size / 1e9
-            print(f"peak RSS parsing {got:,} rows ({gb:.2f} GB): {kb / 1024:.0f} MiB")
+            say(f"peak RSS parsing {got:,} rows ({gb:.2f} GB): {kb / 1024:.0f} MiB")
             q.unlink()
 
 
