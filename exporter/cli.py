@@ -215,6 +215,8 @@ def analytics(
     batch: Annotated[int, typer.Option(min=1, help="messages per fetch")] = 512,
     exit_when_idle: Annotated[bool, typer.Option(help="stop once nothing is pending")] = False,
     partitions: Annotated[int, typer.Option(min=1, help="stream partitions by host")] = 1,
+    flush_interval: Annotated[float, typer.Option(
+        min=0.0, help="seconds between result/checkpoint/ack flushes")] = 1.0,
     instance: Annotated[str, typer.Option(help="K/M: this worker's share of the hosts")] = "0/1",
 ) -> None:
     """A standalone analytics worker: JetStream in, analytics results out.
@@ -236,7 +238,8 @@ def analytics(
                              socket.gethostname())
         name = durable if m == "1" else f"{durable}-{k}"
         consumer = AnalyticsConsumer(bus, durable=name, window_s=window, batch=batch,
-                                     instance=int(k), instances=int(m))
+                                     instance=int(k), instances=int(m),
+                                     flush_interval_s=flush_interval)
         await consumer.start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -86,8 +86,10 @@ def test_sigkilled_consumer_resumes_with_exact_kernel_count(
     with EmbeddedNats(tmp_path / "nats") as srv:
         total = asyncio.run(_publish(srv.url, graph, kernels, iters))
         messages = 1 + 2 * COPIES * iters.num_rows
+        # Small batches flushed (results, checkpoint, acks) after every fetch, so
+        # the kill lands between checkpoints.
         args = [aaco, "analytics", "--nats", srv.url, "--durable", "restart", "--batch", "4",
-                "--window", "100000"]
+                "--window", "100000", "--flush-interval", "0"]
         first = subprocess.Popen(args, env=cli_env, start_new_session=True)
         seq = 0
         try:
