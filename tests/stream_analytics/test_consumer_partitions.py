@@ -51,14 +51,16 @@ async def _run(url: str) -> tuple[list[set[str]], dict[str, int]]:
     await asyncio.gather(*(c.drain() for _, c in workers))
     owned = [{key[0] for key in c.engine.keys} for _, c in workers]
     totals: dict[str, int] = {}
-    for h in HOSTS:  # the last result each worker published for host h
-        for k, (bus, _) in enumerate(workers):
-            subj = f"{schema.subject('analytics_result', f'worker-{k}')}.*"
-            try:
-                msg = await bus.js.get_last_msg("AACO", subj)
-            except Exception:
-                continue
-            for row in schema.decode(msg.data, msg.headers)[3].to_pylist():
+    reader = workers[0][0]
+    sub = await reader.js.pull_subscribe("aaco.v1.analytics_result.>", durable=None,
+                                         stream="AACO")
+    while True:  # every result in stream order; the last per host wins
+        try:
+            msgs = await sub.fetch(100, timeout=1)
+        except Exception:
+            break
+        for m in msgs:
+            for row in schema.decode(m.data, m.headers)[3].to_pylist():
                 totals[row["host"]] = row["kernel_spans_total"]
     for bus in [*pubs, *(b for b, _ in workers)]:
         await bus.close()
