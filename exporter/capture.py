@@ -16,7 +16,6 @@ import platform
 import socket
 import sys
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,12 +24,11 @@ import numpy as np
 import pyarrow.parquet as pq
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-from collectors.base import CollectorContext, create
+from collectors.base import CollectorContext, available, create
 from exporter import schema
 from exporter.bus import BusConfig
-from exporter.pipeline import Pipeline
-from exporter.sinks.bundle import BundleSink, finish, write_json
-from stream_analytics.consumer import AnalyticsConsumer
+from exporter.session import Session
+from exporter.sinks.bundle import finish, write_json
 
 
 @dataclass
@@ -117,35 +115,35 @@ async def capture(opts: CaptureOptions, bus_cfg: BusConfig) -> tuple[Path, dict[
     """Run the capture; returns the session directory and derived metrics."""
     host = socket.gethostname()
     started = time.time_ns()
-    session = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    pipe = Pipeline(host, bus_cfg, session=session)
     pids: set[int] = set()
-    ort_c = create("ort", CollectorContext(host, pids, {
+    ort_c = create("ort", CollectorContext(host, pids, {  # fails fast on a bad model
         "model": opts.model, "model_name": opts.model_name, "iterations": opts.iterations,
         "warmup": opts.warmup, "chunk_s": 1e9, "dims": opts.dims, "fill": opts.fill,
         "providers": opts.providers,
         "chunk_iterations": max(10, opts.iterations // 20),
     }))
     graph = ort_c.graph  # type: ignore[attr-defined]
+    try:
+        s = await Session.open("capture", bus_cfg)
+    except BaseException:
+        ort_c.close()
+        raise
+    session = s.id
     out = opts.out / f"{session}_{schema.sanitize_token(graph.name)}"
     out.mkdir(parents=True, exist_ok=True)
     ort_c.runner.profile_dir = out / "profiler"  # type: ignore[attr-defined]
     ort_c.runner.profile_dir.mkdir(parents=True, exist_ok=True)  # type: ignore[attr-defined]
     ort_c.runner.keep_profiles = True  # type: ignore[attr-defined]
-    proc_c = create("proc", CollectorContext(host, pids, {"interval_s": opts.sched_interval_s}))
+    sched = create("sched" if "sched" in available() else "proc",
+                   CollectorContext(host, pids, {"interval_s": opts.sched_interval_s}))
+    pipe = s.pipe
     pipe.add(ort_c)
-    pipe.add(proc_c)
+    pipe.add(sched)
     try:
-        bus = await pipe.open()
-        sink = BundleSink(bus, session)
-        await sink.start()
-        consumer = AnalyticsConsumer(bus, durable=f"capture-{session}", window_s=None,
-                                     checkpoint=False, session=schema.sanitize_token(session))
-        await consumer.start()
-        await pipe.collect_once(proc_c)  # prime the /proc deltas
+        await pipe.collect_once(sched)  # prime the scheduler deltas
         stop = asyncio.Event()
-        bg = [asyncio.create_task(pipe.run_collector(proc_c, stop)),
-              asyncio.create_task(consumer.run(stop))]
+        bg = [asyncio.create_task(pipe.run_collector(sched, stop)),
+              asyncio.create_task(s.consumer.run(stop))]
         with Progress("[progress.description]{task.description}", BarColumn(),
                       MofNCompleteColumn(), TimeElapsedColumn(), disable=not opts.progress,
                       transient=True) as bar:
@@ -155,13 +153,13 @@ async def capture(opts: CaptureOptions, bus_cfg: BusConfig) -> tuple[Path, dict[
                 if not pipe.health["ort"].up:
                     raise RuntimeError(pipe.health["ort"].last_error)
                 bar.update(task, completed=ort_c.runner.next_iteration)  # type: ignore[attr-defined]
-        await pipe.collect_once(proc_c)  # the last partial interval
+        await pipe.collect_once(sched)  # the last partial interval
         stop.set()
         await asyncio.gather(*bg)
-        await consumer.drain()
-        await sink.drain()
+        await s.drain()
     finally:
-        await pipe.close()
+        await s.close()
+    sink = s.sink
     counts = sink.write(out)
     results = sink.table("analytics_result").to_pylist()
     mine = [r for r in results if r["model"] == graph.name]
@@ -187,7 +185,7 @@ async def capture(opts: CaptureOptions, bus_cfg: BusConfig) -> tuple[Path, dict[
         "started_ns": started, "ended_ns": time.time_ns(), "iterations": opts.iterations,
         "warmup": opts.warmup, "schema_version": schema.SCHEMA_VERSION,
         "nats": bus_cfg.url or "embedded", "rows": counts,
-        "drops": dict(consumer.drops + consumer.engine.drops + sink.drops + pipe.drops),
+        "drops": s.drops(), "scheduler_source": sched.source,
     })
     return out, derived
 

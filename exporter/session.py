@@ -1,0 +1,109 @@
+"""One bounded session (capture, replay): the pipeline plus its two readers.
+
+:class:`Session` opens the bus (embedded server unless a URL is given), a
+bundle sink and a whole-session analytics consumer, all bound to one session
+id, so ``capture``, ``capture -- CMD`` and ``replay`` share one way of
+running and of writing their bundle (:meth:`Session.write_trace_bundle`).
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from collectors.rocprof.rejects import Rejects
+from exporter import schema
+from exporter.bus import Bus, BusConfig
+from exporter.pipeline import Pipeline
+from exporter.sinks.bundle import BundleSink, finish, write_json
+from stream_analytics.consumer import AnalyticsConsumer
+
+
+def new_session_id() -> str:
+    """``YYYYmmddTHHMMSS-xxxxxx``: sortable, unique enough for one host."""
+    return f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclass
+class Session:
+    """An open session; use :meth:`open`, then :meth:`drain` and :meth:`close`."""
+
+    id: str
+    host: str
+    bus_cfg: BusConfig
+    pipe: Pipeline
+    sink: BundleSink
+    consumer: AnalyticsConsumer
+
+    @classmethod
+    async def open(cls, kind: str, bus_cfg: BusConfig) -> Session:
+        host = socket.gethostname()
+        sid = new_session_id()
+        pipe = Pipeline(host, bus_cfg, session=sid)
+        try:
+            bus = await pipe.open()
+            sink = BundleSink(bus, sid)
+            await sink.start()
+            consumer = AnalyticsConsumer(bus, durable=f"{kind}-{sid}", window_s=None,
+                                         checkpoint=False, session=schema.sanitize_token(sid))
+            await consumer.start()
+        except BaseException:
+            await pipe.close()
+            raise
+        return cls(sid, host, bus_cfg, pipe, sink, consumer)
+
+    @property
+    def bus(self) -> Bus:
+        assert self.pipe.bus is not None
+        return self.pipe.bus
+
+    async def drain(self) -> None:
+        """Let analytics and the bundle sink read everything published."""
+        await self.consumer.drain()
+        await self.sink.drain()
+
+    async def close(self) -> None:
+        await self.pipe.close()
+
+    def drops(self) -> dict[str, int]:
+        c = self.consumer
+        return dict(c.drops + c.engine.drops + self.sink.drops + self.pipe.drops)
+
+    def final_results(self) -> list[dict[str, Any]]:
+        """The last analytics result of every key, most kernel spans first."""
+        last: dict[tuple[Any, ...], dict[str, Any]] = {}
+        for r in self.sink.table("analytics_result").to_pylist():
+            last[(r["host"], r["pid"], r["model"])] = r
+        return sorted(last.values(), key=lambda r: -int(r["kernel_spans_total"]))
+
+    def write_trace_bundle(self, out: Path, info: dict[str, Any],
+                           rejects: Rejects) -> dict[str, Any]:
+        """Bundle of a session without a model (GPU traces): returns derived metrics.
+
+        ``derived_metrics.json`` describes the key with the most kernel spans
+        and lists every key under ``keys``.
+        """
+        from exporter.capture import _env, derived_metrics
+
+        out.mkdir(parents=True, exist_ok=True)
+        counts = self.sink.write(out)
+        keys = self.final_results()
+        derived = derived_metrics(keys[0]) if keys else derived_metrics({})
+        derived["kernel_count_total"] = sum(int(r["kernel_spans_total"]) for r in keys)
+        derived["keys"] = [derived_metrics(r) | {"pid": r["pid"], "model": r["model"]}
+                           for r in keys]
+        write_json(out / "metrics/derived_metrics.json", derived)
+        derived["bottleneck"] = finish(out, self.sink, keys[0] if keys else None).get("class")
+        write_json(out / "rejects.json", {"dropped": rejects.counts, "notes": rejects.notes,
+                                          "examples": rejects.examples})
+        write_json(out / "env.json", _env())
+        write_json(out / "session.json", {
+            "session_id": self.id, "host": self.host, "schema_version": schema.SCHEMA_VERSION,
+            "nats": self.bus_cfg.url or "embedded", "rows": counts, "drops": self.drops(),
+            **info,
+        })
+        return derived
