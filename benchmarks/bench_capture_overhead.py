@@ -51,26 +51,18 @@ import numpy as np
 import onnxruntime as ort
 import pyarrow.parquet as pq
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+# benchmarks/ is not a package; benchcommon also puts the repository root on sys.path.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchcommon import machine_busy_s
 
-from collectors.ort import best_providers, resolve_model  # noqa: E402
-from collectors.ort.inputs import make_inputs  # noqa: E402
-from exporter.bus import BusConfig  # noqa: E402
-from exporter.capture import CaptureOptions, capture  # noqa: E402
+from collectors.ort import best_providers, resolve_model
+from collectors.ort.inputs import make_inputs
+from exporter.bus import BusConfig
+from exporter.capture import CaptureOptions, capture
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODEL = "magika"
 Arr = np.ndarray[Any, Any]
-
-
-def machine_busy_s() -> float:
-    """CPU seconds all processes on the machine have used (``/proc/stat``)."""
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:9]]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = v
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 def own_cpu_s() -> float:

@@ -32,19 +32,13 @@ import argparse
 import asyncio
 import json
 import math
-import multiprocessing as mp
 import os
 import platform
-import resource
-import socket
 import sys
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
-from multiprocessing.connection import Connection
-from multiprocessing.sharedctypes import Synchronized
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,110 +46,23 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+# benchmarks/ is not a package; benchcommon also puts the repository root on sys.path.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchcommon import (
+    Meter,
+    Result,
+    nats_child,
+    otel_provider,
+    otlp_receiver,
+    publish_and_consume,
+    table_text,
+)
 
-from collectors.ort import ModelRunner, resolve_model  # noqa: E402
-from collectors.ort.graph import Graph, load_graph  # noqa: E402
-from exporter import schema  # noqa: E402
-from exporter.bus import Bus, BusConfig  # noqa: E402
-from exporter.natsserver import EmbeddedNats  # noqa: E402
-from stream_analytics.consumer import AnalyticsConsumer  # noqa: E402
+from collectors.ort import ModelRunner, resolve_model
+from collectors.ort.graph import Graph, load_graph
+from exporter.bus import Bus
 
 RESULTS = Path(__file__).resolve().parent / "results"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-# -- CPU accounting -------------------------------------------------------------
-def self_cpu_s() -> float:
-    """User + system CPU seconds of this process (all its threads)."""
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return ru.ru_utime + ru.ru_stime
-
-
-def pid_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a live child process."""
-    try:
-        import psutil  # type: ignore[import-not-found,import-untyped,unused-ignore]
-
-        t = psutil.Process(pid).cpu_times()
-        return float(t.user + t.system)
-    except ImportError:
-        pass
-    raw = Path(f"/proc/{pid}/stat").read_text()
-    fields = raw[raw.rindex(")") + 2 :].split()
-    # fields[0] is field 3 (state); utime and stime are fields 14 and 15.
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def machine_busy_s() -> float:
-    """CPU seconds all processes on the machine have used (``/proc/stat``)."""
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:9]]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = v
-    return (user + nice + system + irq + softirq + steal) / CLK_TCK
-
-
-@dataclass
-class Meter:
-    """Wall clock and CPU of this process plus one child over a phase."""
-
-    child_pid: int
-    wall0: float = 0.0
-    self0: float = 0.0
-    child0: float = 0.0
-    busy0: float = 0.0
-    wall_s: float = 0.0
-    self_cpu_s: float = 0.0
-    child_cpu_s: float = 0.0
-    others_cores: float = 0.0  # cores other processes kept busy meanwhile
-
-    def start(self) -> None:
-        self.self0, self.child0 = self_cpu_s(), pid_cpu_s(self.child_pid)
-        self.busy0 = machine_busy_s()
-        self.wall0 = time.perf_counter()
-
-    def stop(self) -> None:
-        self.wall_s = time.perf_counter() - self.wall0
-        self.self_cpu_s = self_cpu_s() - self.self0
-        self.child_cpu_s = pid_cpu_s(self.child_pid) - self.child0
-        others = machine_busy_s() - self.busy0 - self.self_cpu_s - self.child_cpu_s
-        self.others_cores = max(0.0, others) / self.wall_s
-
-    @property
-    def cpu_s(self) -> float:
-        return self.self_cpu_s + self.child_cpu_s
-
-
-@dataclass
-class Result:
-    name: str
-    spans: int
-    wall_s: float
-    self_cpu_s: float
-    child_cpu_s: float
-    child: str
-    others_cores: float
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def cpu_s(self) -> float:
-        return self.self_cpu_s + self.child_cpu_s
-
-    @property
-    def spans_per_s(self) -> float:
-        return self.spans / self.wall_s
-
-    @property
-    def spans_per_cpu_s(self) -> float:
-        return self.spans / self.cpu_s
-
-    def as_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.update(cpu_s=self.cpu_s, spans_per_s=self.spans_per_s,
-                 spans_per_cpu_s=self.spans_per_cpu_s)
-        return d
 
 
 # -- input: a real magika profile, tiled ----------------------------------------
@@ -221,74 +128,46 @@ def head(inp: Input, rows: int) -> pa.Table:
 
 # -- pipeline -------------------------------------------------------------------
 async def _pipeline(url: str, inp: Input, chunk_iterations: int, meter: Meter) -> dict[str, Any]:
-    host = socket.gethostname()
-    cfg = BusConfig(url=url)
-    bus = await Bus.open(url, cfg, host)
-    try:
-        durable = f"aaco-analytics-{schema.sanitize_token(host)}"
-        consumer = AnalyticsConsumer(bus, durable=durable, window_s=30.0, checkpoint=True)
-        await consumer.start()
-        pid = int(inp.kernels.column("pid")[0].as_py())
-        run = f"bench-{uuid.uuid4().hex[:8]}"
-        k_iter = inp.kernels.column("iteration").to_numpy()
-        i_iter = inp.iterations.column("iteration").to_numpy()
-        n_iters = int(i_iter.max()) + 1
-        # Chunk boundaries: whole iterations, like the ORT collector's chunks.
-        edges = [*range(0, n_iters, chunk_iterations), n_iters]
-        k_cut = np.searchsorted(k_iter, edges)
-        i_cut = np.searchsorted(i_iter, edges)
-        published = asyncio.Event()
+    pid = int(inp.kernels.column("pid")[0].as_py())
+    run = f"bench-{uuid.uuid4().hex[:8]}"
+    k_iter = inp.kernels.column("iteration").to_numpy()
+    i_iter = inp.iterations.column("iteration").to_numpy()
+    n_iters = int(i_iter.max()) + 1
+    # Chunk boundaries: whole iterations, like the ORT collector's chunks.
+    edges = [*range(0, n_iters, chunk_iterations), n_iters]
+    k_cut = np.searchsorted(k_iter, edges)
+    i_cut = np.searchsorted(i_iter, edges)
 
-        async def publish() -> None:
-            await bus.publish_table("graph_info", inp.graph.info_table(pid), f"{run}:graph")
-            for c in range(len(edges) - 1):
-                k0, k1 = int(k_cut[c]), int(k_cut[c + 1])
-                i0, i1 = int(i_cut[c]), int(i_cut[c + 1])
-                await bus.publish_table("kernel_span", inp.kernels.slice(k0, k1 - k0),
-                                        f"{run}:{c}:k")
-                await bus.publish_table("iteration_span", inp.iterations.slice(i0, i1 - i0),
-                                        f"{run}:{c}:i")
-            published.set()
+    async def publish(bus: Bus) -> None:
+        await bus.publish_table("graph_info", inp.graph.info_table(pid), f"{run}:graph")
+        for c in range(len(edges) - 1):
+            k0, k1 = int(k_cut[c]), int(k_cut[c + 1])
+            i0, i1 = int(i_cut[c]), int(i_cut[c + 1])
+            await bus.publish_table("kernel_span", inp.kernels.slice(k0, k1 - k0),
+                                    f"{run}:{c}:k")
+            await bus.publish_table("iteration_span", inp.iterations.slice(i0, i1 - i0),
+                                    f"{run}:{c}:i")
 
-        async def consume() -> None:
-            while True:
-                n = await consumer.step(timeout=0.2)
-                if n == 0 and published.is_set() and await consumer.pending() == 0:
-                    return
-
-        meter.start()
-        await asyncio.gather(publish(), consume())
-        meter.stop()
-        last = await bus.js.get_last_msg(cfg.stream, schema.subject("analytics_result", host))
-        _, _, _, batch = schema.decode(last.data or b"", last.headers)
-        rows = [r for r in batch.to_pylist() if r["model"] == inp.graph.name]
-        kernel_msgs = consumer.received["kernel_span"]
-        return {
-            "kernel_spans_total": rows[-1]["kernel_spans_total"] if rows else None,
-            "iterations_total": rows[-1]["iterations_total"] if rows else None,
-            "kar": rows[-1]["kar"] if rows else None,
-            "published_kernel_rows": inp.kernels.num_rows,
-            "kernel_messages": kernel_msgs,
-            "messages_published": bus.published_messages,
-            "results_published": consumer.results_published,
-            "drops": dict(consumer.drops),
-            "chunks": len(edges) - 1,
-        }
-    finally:
-        await bus.close()
+    got = await publish_and_consume(url, publish, meter)
+    rows = [r for r in got.results if r["model"] == inp.graph.name]
+    return {
+        "kernel_spans_total": rows[-1]["kernel_spans_total"] if rows else None,
+        "iterations_total": rows[-1]["iterations_total"] if rows else None,
+        "kar": rows[-1]["kar"] if rows else None,
+        "published_kernel_rows": inp.kernels.num_rows,
+        "kernel_messages": got.kernel_messages,
+        "messages_published": got.messages_published,
+        "results_published": got.results_published,
+        "drops": got.drops,
+        "chunks": len(edges) - 1,
+    }
 
 
 def run_pipeline(inp: Input, chunk_iterations: int) -> Result:
-    srv = EmbeddedNats()
-    try:
-        url = srv.start()
-        assert srv.proc is not None
-        meter = Meter(srv.proc.pid)
+    with nats_child() as (srv, url, meter):
         extra = asyncio.run(_pipeline(url, inp, chunk_iterations, meter))
         stream_bytes = sum(f.stat().st_size for f in srv.state_dir.rglob("*") if f.is_file())
         extra["jetstream_dir_bytes"] = stream_bytes
-    finally:
-        srv.stop()
     n = inp.kernels.num_rows
     got = extra["kernel_spans_total"]
     assert got == n, f"analytics kernel_spans_total {got} != published {n}"
@@ -297,107 +176,48 @@ def run_pipeline(inp: Input, chunk_iterations: int) -> Result:
 
 
 # -- baseline: one OTel span per kernel over OTLP/gRPC ------------------------------
-def _receiver(conn: Connection, count: Synchronized[int], stop: Any) -> None:
-    """Child process: an OTLP/gRPC trace receiver that counts spans."""
-    import grpc
-    from opentelemetry.proto.collector.trace.v1 import (
-        trace_service_pb2,
-        trace_service_pb2_grpc,
-    )
-
-    class Counter(trace_service_pb2_grpc.TraceServiceServicer):
-        def Export(self, request: Any, context: Any) -> Any:
-            n = sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
-            with count.get_lock():
-                count.value += n
-            return trace_service_pb2.ExportTraceServiceResponse()
-
-    server = grpc.server(ThreadPoolExecutor(max_workers=4),
-                         options=[("grpc.max_receive_message_length", 64 << 20)])
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Counter(), server)  # type: ignore[no-untyped-call]
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    conn.send(port)
-    stop.wait()
-    server.stop(0)
-
-
 def run_baseline(table: pa.Table, timeout_s: float) -> Result:
-    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-    ctx = mp.get_context("spawn")
-    count: Synchronized[int] = ctx.Value("q", 0)
-    stop = ctx.Event()
-    parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_receiver, args=(child, count, stop), daemon=True)
-    proc.start()
-    provider: TracerProvider | None = None
-    try:
-        if not parent.poll(30):
-            raise RuntimeError("OTLP receiver did not start")
-        port = int(parent.recv())
-        assert proc.pid is not None
+    with otlp_receiver() as rx:
         n = table.num_rows
-        provider = TracerProvider(resource=Resource.create({"service.name": "bench-baseline"}))
         # Queue as large as the input so nothing is dropped (the default,
         # 2048, drops spans when they are made faster than exported).
-        provider.add_span_processor(BatchSpanProcessor(
-            OTLPSpanExporter(endpoint=f"127.0.0.1:{port}", insecure=True),
-            max_queue_size=n, max_export_batch_size=512, schedule_delay_millis=100))
-        tracer = provider.get_tracer("aaco.bench")
-        meter = Meter(proc.pid)
-        meter.start()
-        cols = {c: table.column(c) for c in table.column_names}
-        for c in ("source", "model", "device_type", "kernel_name", "kernel_family", "op_type",
-                  "node_name"):
-            cols[c] = pc.cast(cols[c], pa.string())
-        py = {c: v.to_pylist() for c, v in cols.items()}
-        start, end, name = py["start_ns"], py["end_ns"], py["kernel_name"]
-        attrs: list[tuple[str, list[Any]]] = [
-            ("aaco.source", py["source"]), ("aaco.model", py["model"]),
-            ("process.pid", py["pid"]), ("thread.id", py["tid"]),
-            ("aaco.device_type", py["device_type"]), ("aaco.kernel_family", py["kernel_family"]),
-            ("aaco.op_type", py["op_type"]), ("aaco.node_name", py["node_name"]),
-            ("aaco.iteration", py["iteration"]),
-        ]
-        for i in range(n):
-            span = tracer.start_span(name[i], start_time=start[i],
-                                     attributes={k: v[i] for k, v in attrs})
-            span.end(end_time=end[i])
-        deadline = time.monotonic() + timeout_s
-        while count.value < n:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"receiver got {count.value} of {n} spans in {timeout_s}s")
-            time.sleep(0.002)
-        meter.stop()
-        received = int(count.value)
-    finally:
-        if provider is not None:
+        provider = otel_provider(rx.endpoint, n, service_name="bench-baseline")
+        try:
+            tracer = provider.get_tracer("aaco.bench")
+            meter = Meter(rx.pid)
+            meter.start()
+            cols = {c: table.column(c) for c in table.column_names}
+            for c in ("source", "model", "device_type", "kernel_name", "kernel_family",
+                      "op_type", "node_name"):
+                cols[c] = pc.cast(cols[c], pa.string())
+            py = {c: v.to_pylist() for c, v in cols.items()}
+            start, end, name = py["start_ns"], py["end_ns"], py["kernel_name"]
+            attrs: list[tuple[str, list[Any]]] = [
+                ("aaco.source", py["source"]), ("aaco.model", py["model"]),
+                ("process.pid", py["pid"]), ("thread.id", py["tid"]),
+                ("aaco.device_type", py["device_type"]),
+                ("aaco.kernel_family", py["kernel_family"]),
+                ("aaco.op_type", py["op_type"]), ("aaco.node_name", py["node_name"]),
+                ("aaco.iteration", py["iteration"]),
+            ]
+            for i in range(n):
+                span = tracer.start_span(name[i], start_time=start[i],
+                                         attributes={k: v[i] for k, v in attrs})
+                span.end(end_time=end[i])
+            rx.wait_for(n, timeout_s)
+            meter.stop()
+            received = rx.received
+        finally:
             provider.shutdown()
-        stop.set()
-        proc.join(10)
-        if proc.is_alive():
-            proc.terminate()
-            proc.join(5)
     assert received == n, f"receiver got {received} != {n}"
     return Result("otel-per-span", n, meter.wall_s, meter.self_cpu_s, meter.child_cpu_s,
                   "otlp-receiver", meter.others_cores, {"received": received})
 
 
 # -- report -----------------------------------------------------------------------
-def table_text(results: list[Result]) -> str:
-    hdr = (f"{'path':<15}{'spans':>11}{'wall s':>9}{'cpu s':>8}{'(self+child)':>16}"
-           f"{'spans/s':>13}{'spans/cpu-s':>14}{'others':>8}")
-    lines = [hdr, "-" * len(hdr)]
-    for r in results:
-        split = f"{r.self_cpu_s:.2f}+{r.child_cpu_s:.2f}"
-        lines.append(f"{r.name:<15}{r.spans:>11,}{r.wall_s:>9.2f}{r.cpu_s:>8.2f}{split:>16}"
-                     f"{r.spans_per_s:>13,.0f}{r.spans_per_cpu_s:>14,.0f}"
-                     f"{r.others_cores:>8.2f}")
-    return "\n".join(lines)
+TABLE_WIDTHS = (15, 11, 9, 8, 16, 13, 14, 8)
+"""Column widths of the results table: path, spans, wall s, cpu s, (self+child),
+spans/s, spans/cpu-s, others."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -438,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     say("")
     say(f"kernel spans tiled from a real magika profile; {os.cpu_count()} CPUs; "
         f"load average {os.getloadavg()[0]:.2f} (other processes may be running)")
-    say(table_text(results))
+    say(table_text(results, TABLE_WIDTHS))
     say("(cpu s = this process + server child: nats-server / OTLP receiver; others = cores "
         "other processes kept busy during the phase)")
     ratio_wall = pipe.spans_per_s / base.spans_per_s

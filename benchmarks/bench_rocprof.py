@@ -44,26 +44,30 @@ from __future__ import annotations
 import argparse
 import asyncio
 import csv
-import multiprocessing as mp
 import os
 import resource
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
-from multiprocessing.sharedctypes import Synchronized
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+# benchmarks/ is not a package; benchcommon also puts the repository root on sys.path.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchcommon import (
+    ROOT,
+    Meter,
+    Result,
+    nats_child,
+    otel_provider,
+    otlp_receiver,
+    publish_and_consume,
+    table_text,
+)
+
 FIXTURE = ROOT / "collectors" / "rocprof" / "testdata" / "kernel_trace.csv"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 E2E_PID = 4242
 """pid directory of the end-to-end input (rocprofv3 writes ``<host>/<pid>/``)."""
 
@@ -95,85 +99,6 @@ def make_file(path: Path, rows: int, block: int = 100_000) -> None:
                              zip(pre[:k], start[:k], end[:k], post[:k], strict=True)]).encode())
 
 
-# -- CPU accounting (as benchmarks/bench_pipeline.py) ------------------------------------
-def self_cpu_s() -> float:
-    """User + system CPU seconds of this process (all its threads)."""
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return ru.ru_utime + ru.ru_stime
-
-
-def pid_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a live child process (``/proc/<pid>/stat``)."""
-    raw = Path(f"/proc/{pid}/stat").read_text()
-    fields = raw[raw.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def machine_busy_s() -> float:
-    """CPU seconds all processes on the machine have used (``/proc/stat``)."""
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:9]]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = v
-    return (user + nice + system + irq + softirq + steal) / CLK_TCK
-
-
-@dataclass
-class Meter:
-    """Wall clock and CPU of this process plus (optionally) one child over a phase."""
-
-    child_pid: int | None = None
-    wall0: float = 0.0
-    self0: float = 0.0
-    child0: float = 0.0
-    busy0: float = 0.0
-    wall_s: float = 0.0
-    self_cpu_s: float = 0.0
-    child_cpu_s: float = 0.0
-    others_cores: float = 0.0  # cores other processes kept busy meanwhile
-
-    def _child(self) -> float:
-        return pid_cpu_s(self.child_pid) if self.child_pid is not None else 0.0
-
-    def start(self) -> None:
-        self.self0, self.child0 = self_cpu_s(), self._child()
-        self.busy0 = machine_busy_s()
-        self.wall0 = time.perf_counter()
-
-    def stop(self) -> None:
-        self.wall_s = time.perf_counter() - self.wall0
-        self.self_cpu_s = self_cpu_s() - self.self0
-        self.child_cpu_s = self._child() - self.child0
-        others = machine_busy_s() - self.busy0 - self.self_cpu_s - self.child_cpu_s
-        self.others_cores = max(0.0, others) / self.wall_s
-
-
-@dataclass
-class Result:
-    name: str
-    spans: int
-    wall_s: float
-    self_cpu_s: float
-    child_cpu_s: float = 0.0
-    others_cores: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, name: str, spans: int, m: Meter, **extra: Any) -> Result:
-        return cls(name, spans, m.wall_s, m.self_cpu_s, m.child_cpu_s, m.others_cores, extra)
-
-    @property
-    def cpu_s(self) -> float:
-        return self.self_cpu_s + self.child_cpu_s
-
-    @property
-    def spans_per_s(self) -> float:
-        return self.spans / self.wall_s
-
-    @property
-    def spans_per_cpu_s(self) -> float:
-        return self.spans / self.cpu_s
-
-
 # -- 1. parse ---------------------------------------------------------------------------
 def bench_arrow(path: Path) -> Result:
     from collectors.rocprof.kernels import iter_csv_kernel_spans
@@ -191,66 +116,35 @@ def bench_arrow(path: Path) -> Result:
 async def _e2e(url: str, path: Path, meter: Meter) -> dict[str, Any]:
     from collectors.rocprof.rejects import Rejects
     from collectors.rocprof.replay import load_paths
-    from exporter import schema
-    from exporter.bus import Bus, BusConfig
-    from stream_analytics.consumer import AnalyticsConsumer
+    from exporter.bus import Bus
 
-    host = socket.gethostname()
-    cfg = BusConfig(url=url)
-    bus = await Bus.open(url, cfg, host)
-    try:
-        durable = f"aaco-analytics-{schema.sanitize_token(host)}"
-        consumer = AnalyticsConsumer(bus, durable=durable, window_s=30.0, checkpoint=True)
-        await consumer.start()
-        rejects = Rejects()
-        published = asyncio.Event()
-        rows = batches = 0
+    rejects = Rejects()
+    rows = batches = 0
 
-        async def publish() -> None:
-            nonlocal rows, batches
-            for e in load_paths([path], rejects):
-                await bus.publish_table(e.signal, e.batch, e.key)
-                rows += e.batch.num_rows
-                batches += 1
-            published.set()
+    async def publish(bus: Bus) -> None:
+        nonlocal rows, batches
+        for e in load_paths([path], rejects):
+            await bus.publish_table(e.signal, e.batch, e.key)
+            rows += e.batch.num_rows
+            batches += 1
 
-        async def consume() -> None:
-            while True:
-                n = await consumer.step(timeout=0.2)
-                if n == 0 and published.is_set() and await consumer.pending() == 0:
-                    return
-
-        meter.start()
-        await asyncio.gather(publish(), consume())
-        meter.stop()
-        last = await bus.js.get_last_msg(cfg.stream, schema.subject("analytics_result", host))
-        _, _, _, batch = schema.decode(last.data or b"", last.headers)
-        res = [r for r in batch.to_pylist() if r["pid"] == E2E_PID]
-        return {
-            "kernel_spans_total": res[-1]["kernel_spans_total"] if res else None,
-            "rows_parsed": rows,
-            "rejects": rejects.total,
-            "batches": batches,
-            "kernel_messages": consumer.received["kernel_span"],
-            "messages_published": bus.published_messages,
-            "results_published": consumer.results_published,
-            "drops": dict(consumer.drops),
-        }
-    finally:
-        await bus.close()
+    got = await publish_and_consume(url, publish, meter)
+    res = [r for r in got.results if r["pid"] == E2E_PID]
+    return {
+        "kernel_spans_total": res[-1]["kernel_spans_total"] if res else None,
+        "rows_parsed": rows,
+        "rejects": rejects.total,
+        "batches": batches,
+        "kernel_messages": got.kernel_messages,
+        "messages_published": got.messages_published,
+        "results_published": got.results_published,
+        "drops": got.drops,
+    }
 
 
 def bench_e2e(path: Path) -> Result:
-    from exporter.natsserver import EmbeddedNats
-
-    srv = EmbeddedNats()
-    try:
-        url = srv.start()
-        assert srv.proc is not None
-        meter = Meter(srv.proc.pid)
+    with nats_child() as (_, url, meter):
         extra = asyncio.run(_e2e(url, path, meter))
-    finally:
-        srv.stop()
     n = extra["rows_parsed"]
     assert extra["rejects"] == 0, f"{extra['rejects']} rows rejected"
     got = extra["kernel_spans_total"]
@@ -273,47 +167,14 @@ def bench_csv(path: Path, limit: int) -> Result:
 
 
 # -- 4./5. baselines B and C: one OTel SDK span per kernel over OTLP/gRPC ----------------
-def _receiver(conn: Connection, count: Synchronized[int], stop: Any) -> None:
-    """Child process: an OTLP/gRPC trace receiver that counts spans."""
-    import grpc
-    from opentelemetry.proto.collector.trace.v1 import (
-        trace_service_pb2,
-        trace_service_pb2_grpc,
-    )
-
-    class Counter(trace_service_pb2_grpc.TraceServiceServicer):
-        def Export(self, request: Any, context: Any) -> Any:
-            n = sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
-            with count.get_lock():
-                count.value += n
-            return trace_service_pb2.ExportTraceServiceResponse()
-
-    server = grpc.server(ThreadPoolExecutor(max_workers=4),
-                         options=[("grpc.max_receive_message_length", 64 << 20)])
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Counter(), server)  # type: ignore[no-untyped-call]
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    conn.send(port)
-    stop.wait()
-    server.stop(0)
-
-
 def _otel_spans(path: Path, limit: int, endpoint: str, queue: int, timeout: float | None,
                 meter: Meter, wait_for: Any = None) -> int:
     """csv.DictReader -> one span per row; returns spans made. ``wait_for(n)``
     blocks until delivery completes before the meter stops."""
     import logging
 
-    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
     logging.getLogger("opentelemetry").setLevel(logging.CRITICAL)
-    provider = TracerProvider()
-    exporter = OTLPSpanExporter(endpoint=endpoint, insecure=True, timeout=timeout)
-    provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=queue,
-                                                   max_export_batch_size=512,
-                                                   schedule_delay_millis=100))
+    provider = otel_provider(endpoint, queue, timeout=timeout)
     tracer = provider.get_tracer("bench")
     n = 0
     try:
@@ -342,35 +203,12 @@ def bench_otel_closed(path: Path, limit: int) -> Result:
 
 
 def bench_otel_real(path: Path, limit: int, timeout_s: float = 300.0) -> Result:
-    ctx = mp.get_context("spawn")
-    count: Synchronized[int] = ctx.Value("q", 0)
-    stop = ctx.Event()
-    parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_receiver, args=(child, count, stop), daemon=True)
-    proc.start()
-    try:
-        if not parent.poll(30):
-            raise RuntimeError("OTLP receiver did not start")
-        port = int(parent.recv())
-        assert proc.pid is not None
-        m = Meter(proc.pid)
-
-        def wait_for(n: int) -> None:
-            deadline = time.monotonic() + timeout_s
-            while count.value < n:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"receiver got {count.value} of {n} spans")
-                time.sleep(0.002)
-
+    with otlp_receiver() as rx:
+        m = Meter(rx.pid)
         # Queue as large as the input: the default (2,048) drops spans.
-        n = _otel_spans(path, limit, f"127.0.0.1:{port}", max(limit, 2048), None, m, wait_for)
-        received = int(count.value)
-    finally:
-        stop.set()
-        proc.join(10)
-        if proc.is_alive():
-            proc.terminate()
-            proc.join(5)
+        n = _otel_spans(path, limit, rx.endpoint, max(limit, 2048), None, m,
+                        lambda n: rx.wait_for(n, timeout_s))
+        received = rx.received
     assert received == n, f"receiver got {received} != {n}"
     return Result.of("baseline: OTel span + OTLP/gRPC, receiver", n, m, received=received)
 
@@ -387,16 +225,9 @@ def peak_rss(path: Path) -> tuple[int, int]:
     return int(out[0]), int(out[1])
 
 
-def table_text(results: list[Result], ref: Result) -> str:
-    hdr = (f"{'path':<43}{'spans':>11}{'wall s':>8}{'cpu s':>7}{'(self+child)':>13}"
-           f"{'spans/s':>12}{'spans/cpu-s':>13}{'x otel':>8}{'others':>7}")
-    lines = [hdr, "-" * len(hdr)]
-    for r in results:
-        split = f"{r.self_cpu_s:.2f}+{r.child_cpu_s:.2f}"
-        lines.append(f"{r.name:<43}{r.spans:>11,}{r.wall_s:>8.2f}{r.cpu_s:>7.2f}{split:>13}"
-                     f"{r.spans_per_s:>12,.0f}{r.spans_per_cpu_s:>13,.0f}"
-                     f"{r.spans_per_cpu_s / ref.spans_per_cpu_s:>8.1f}{r.others_cores:>7.2f}")
-    return "\n".join(lines)
+TABLE_WIDTHS = (43, 11, 8, 7, 13, 12, 13, 8, 7)
+"""Column widths of the results table: path, spans, wall s, cpu s, (self+child),
+spans/s, spans/cpu-s, x otel, others."""
 
 
 def main() -> None:
@@ -444,7 +275,7 @@ def main() -> None:
         parse, e2e, _, ref, closed = results
         say("")
         say(f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}")
-        say(table_text(results, ref))
+        say(table_text(results, TABLE_WIDTHS, ref))
         say("(cpu s = this process + child: nats-server for end to end, the OTLP receiver "
             "for the receiver baseline; x otel = spans/cpu-s over the receiver baseline's; "
             "others = cores other processes kept busy meanwhile)")
