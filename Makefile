@@ -8,6 +8,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
+	@python3 -c 'import ensurepip, venv' 2>/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv; }
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'

@@ -295,6 +295,11 @@ def conform(signal: str, table: pa.Table | pa.RecordBatch) -> pa.RecordBatch:
     values cannot be cast.
     """
     schema = SCHEMAS[signal]
+    if isinstance(table, pa.RecordBatch) and table.schema.equals(schema):
+        for f in schema:  # already conformed upstream: only the null check remains
+            if not f.nullable and table.column(f.name).null_count:
+                raise SchemaError("null_field", f"{signal}: required field {f.name!r} has nulls")
+        return table
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
     n = table.num_rows
