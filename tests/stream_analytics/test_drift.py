@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import random
+from pathlib import Path
 
 import pytest
 
-from stream_analytics.drift import ADWIN, CUSUM, DriftMonitor, EWMAChart, PageHinkley
+from stream_analytics import thresholds as T
+from stream_analytics.drift import (
+    ADWIN,
+    CUSUM,
+    DEFAULT_DETECTORS,
+    DriftMonitor,
+    EWMAChart,
+    PageHinkley,
+)
 
 DETS = [EWMAChart, CUSUM, PageHinkley, ADWIN]
 
@@ -105,3 +115,66 @@ def test_monitor_bytes_roundtrip_with_family_state() -> None:
     assert m2.status() == m.status()
     streams = {(r["stream"], r["key"]) for r in m2.status()}
     assert ("family_duration", "m/gemm") in streams and ("lts", "m") in streams
+
+
+def test_monitor_feeds_non_overlapping_flush_means() -> None:
+    """With iteration_ns_total, the latency sample is the mean since the previous result;
+    without it, overlapping rolling windows are skipped."""
+    m = DriftMonitor(detectors={"c": {"kind": "cusum", "params": {"grace_period": 50}}})
+    seen: list[float] = []
+    m.update = lambda s, k, x, ts: seen.append(x) or []  # type: ignore[method-assign]
+    m.update_result({"model": "m", "iterations_total": 10, "iteration_ns_total": 10_000})
+    m.update_result({"model": "m", "iterations_total": 30, "iteration_ns_total": 50_000})
+    m.update_result({"model": "m", "iterations_total": 30, "iteration_ns_total": 50_000})
+    assert seen == [2000 / 1e9]
+    seen.clear()
+    for w0, w1 in ((0, 30), (1, 31), (30, 60), (45, 75), (61, 91)):
+        m.update_result({"model": "r", "latency_mean_s": 0.5, "window_start_ns": w0,
+                         "window_end_ns": w1})  # fmt: skip
+    assert seen == [0.5, 0.5, 0.5]
+    m2 = DriftMonitor.from_dict(json.loads(json.dumps(m.to_dict())))
+    assert m2._latency_prev == m._latency_prev and m2._latency_last_end == {"r": 91}
+
+
+REC = (Path(__file__).parent / "testdata" / "drift"
+       / "magika_ort_cpu_recorded_on_this_machine_1s_flushes.csv")  # see PROVENANCE.md there
+
+
+def _recorded_flushes() -> tuple[list[int], list[int]]:
+    """(iterations, latency sum ns) per 1 s flush of the held-out magika recording."""
+    with REC.open() as f:
+        rows = list(csv.DictReader(f))
+    return [int(r["iterations"]) for r in rows], [int(r["latency_sum_ns"]) for r in rows]
+
+
+def test_defaults_detect_a_5pct_step_on_recorded_magika_flushes() -> None:
+    """The tuned default EWMA and CUSUM, fed through update_result as the daemon
+    would (cumulative iterations_total / iteration_ns_total per 1 s flush), on the
+    held-out real recording with +5% on every iteration after the change point at
+    each of 120 positions: no alarm before the step, >= 50 detections within 30
+    samples with median delay <= 5 (docs/drift-and-bottlenecks.md, held-out table)."""
+    cnt, sums = _recorded_flushes()
+    grace, pre, post = T.DRIFT_GRACE_PERIOD, 20, 60
+    n = grace + pre + post
+    specs = {k: DEFAULT_DETECTORS[k] for k in ("ewma", "cusum")}
+    for name in specs:
+        early, delays = 0, []
+        for o in range(len(cnt) - n + 1):
+            m = DriftMonitor(detectors={name: specs[name]})
+            it_tot, ns_tot = 0, 0
+            m.update_result({"model": "magika", "iterations_total": 0, "iteration_ns_total": 0})
+            for i in range(n):
+                it_tot += cnt[o + i]
+                ns_tot += round(sums[o + i] * (1.05 if i >= grace + pre else 1.0))
+                evs = m.update_result({"ts_ns": i, "model": "magika", "iterations_total": it_tot,
+                                       "iteration_ns_total": ns_tot})  # fmt: skip
+                if evs:
+                    if i < grace + pre:
+                        early += 1
+                    else:
+                        delays.append(i - grace - pre)
+                    break
+        within = sorted(d for d in delays if d <= 30)
+        assert early == 0, name
+        assert len(within) >= 50, (name, len(within))
+        assert within[len(within) // 2] <= 5, name
