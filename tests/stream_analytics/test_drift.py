@@ -14,6 +14,7 @@ from stream_analytics.drift import (
     ADWIN,
     CUSUM,
     DEFAULT_DETECTORS,
+    DriftEvent,
     DriftMonitor,
     EWMAChart,
     PageHinkley,
@@ -120,9 +121,14 @@ def test_monitor_bytes_roundtrip_with_family_state() -> None:
 def test_monitor_feeds_non_overlapping_flush_means() -> None:
     """With iteration_ns_total, the latency sample is the mean since the previous result;
     without it, overlapping rolling windows are skipped."""
-    m = DriftMonitor(detectors={"c": {"kind": "cusum", "params": {"grace_period": 50}}})
     seen: list[float] = []
-    m.update = lambda s, k, x, ts: seen.append(x) or []  # type: ignore[method-assign]
+
+    class Spy(DriftMonitor):
+        def update(self, stream: str, key: str, x: float, ts_ns: int) -> list[DriftEvent]:
+            seen.append(x)
+            return []
+
+    m = Spy(detectors={"c": {"kind": "cusum", "params": {"grace_period": 50}}})
     m.update_result({"model": "m", "iterations_total": 10, "iteration_ns_total": 10_000})
     m.update_result({"model": "m", "iterations_total": 30, "iteration_ns_total": 50_000})
     m.update_result({"model": "m", "iterations_total": 30, "iteration_ns_total": 50_000})
