@@ -179,6 +179,7 @@ ANALYTICS_RESULT = pa.schema(
         pa.field("latency_p99_s", pa.float64()),
         pa.field("kernel_spans_total", pa.int64(), nullable=False),  # cumulative
         pa.field("iterations_total", pa.int64(), nullable=False),  # cumulative
+        pa.field("iteration_ns_total", pa.int64()),  # cumulative sum of iteration durations
         pa.field("family_names", pa.list_(pa.string())),  # cumulative per family
         pa.field("family_spans_total", pa.list_(pa.int64())),
         pa.field("family_time_ns_total", pa.list_(pa.int64())),

@@ -94,6 +94,7 @@ class KeyState:
     done: dict[int, Rec] = field(default_factory=dict)  # the window's records by iteration
     kernel_spans_total: int = 0
     iterations_total: int = 0
+    iteration_ns_total: int = 0  # with iterations_total: non-overlapping latency means
     family_spans: Counter[str] = field(default_factory=Counter)
     family_ns: Counter[str] = field(default_factory=Counter)
     dirty: bool = False
@@ -333,6 +334,7 @@ class Analytics:
             st.window.append(rec)
             st.done[int(it)] = rec
             st.iterations_total += 1
+            st.iteration_ns_total += int(d)
             st.dirty = True
         for st in self.keys.values():
             if st.dirty:
@@ -374,7 +376,8 @@ class Analytics:
                                "pid": pid if pid >= 0 else None,
                                "iterations": len(its), "graph_node_count": st.node_count,
                                "kernel_spans_total": st.kernel_spans_total,
-                               "iterations_total": st.iterations_total}
+                               "iterations_total": st.iterations_total,
+                               "iteration_ns_total": st.iteration_ns_total}
         fams = sorted(st.family_spans)
         row["family_names"] = fams
         row["family_spans_total"] = [st.family_spans[f] for f in fams]
@@ -460,6 +463,7 @@ class Analytics:
                     "window": [r.as_list() for r in st.window],
                     "kernel_spans_total": st.kernel_spans_total,
                     "iterations_total": st.iterations_total,
+                    "iteration_ns_total": st.iteration_ns_total,
                     "family_spans": dict(st.family_spans),
                     "family_ns": dict(st.family_ns),
                 }
@@ -481,6 +485,7 @@ class Analytics:
             st.done = {r.iteration: r for r in st.window}
             st.kernel_spans_total = int(ks["kernel_spans_total"])
             st.iterations_total = int(ks["iterations_total"])
+            st.iteration_ns_total = int(ks.get("iteration_ns_total", 0))
             st.family_spans = Counter(ks["family_spans"])
             st.family_ns = Counter(ks["family_ns"])
             h, p, m = ks["key"]

@@ -51,6 +51,7 @@ def test_kar_lts_active_ratio_and_latency_match_hand_computation() -> None:
     assert r["gpu_active_ratio"] == pytest.approx(150 / 200)
     assert r["latency_mean_s"] == pytest.approx(100e-9)
     assert r["kernel_spans_total"] == 5 and r["iterations_total"] == 2
+    assert r["iteration_ns_total"] == 200  # cumulative, for non-overlapping latency means
     assert dict(zip(r["family_names"], r["family_spans_total"], strict=True)) == {
         "copy": 2, "gemm": 3}
 
