@@ -139,6 +139,7 @@ def run(
     """The always-on daemon: collectors -> NATS -> analytics -> /metrics."""
     from collectors.ort import InputError, ModelError
     from exporter.daemon import DaemonOptions, run_daemon
+    from exporter.webconfig import WebConfigError
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: "
                         "%(message)s")
@@ -169,7 +170,7 @@ def run(
             _fail(str(e))
     try:
         asyncio.run(run_daemon(opts, cfg))
-    except (ModelError, InputError, BusError, NatsServerError, OSError) as e:
+    except (ModelError, InputError, BusError, NatsServerError, WebConfigError, OSError) as e:
         _fail(str(e))
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import PlatformCollector, ProcessCollector, start_http_server
+from prometheus_client import PlatformCollector, ProcessCollector
 from prometheus_client.core import GaugeMetricFamily
 
 from collectors.base import Collector, CollectorContext, available, create
@@ -30,6 +30,7 @@ from exporter.bus import BusConfig
 from exporter.pipeline import Pipeline
 from exporter.sinks.otlp import OtlpConfig
 from exporter.sinks.prometheus import PromState
+from exporter.webconfig import load_web_config, serve_metrics
 from stream_analytics.consumer import AnalyticsConsumer
 
 log = logging.getLogger("aaco.daemon")
@@ -81,6 +82,8 @@ def _build_collectors(opts: DaemonOptions, pids: set[int]) -> list[Collector]:
 async def run_daemon(opts: DaemonOptions, bus_cfg: BusConfig,
                      ready: asyncio.Event | None = None) -> None:
     """Run until a signal or ``opts.duration_s``; never exits on bad input."""
+    # A bad web config stops start-up before anything runs.
+    web = load_web_config(Path(opts.web_config) if opts.web_config else None)
     pids: set[int] = set(opts.pids)
     pipe = Pipeline(opts.host, bus_cfg,
                     state_dir=Path(opts.state_dir) if opts.state_dir else None)
@@ -133,7 +136,7 @@ async def run_daemon(opts: DaemonOptions, bus_cfg: BusConfig,
     for sig in sigs:
         await bus.nc.subscribe(f"{schema.SUBJECT_PREFIX}.{sig}.>", cb=on_msg,
                                pending_msgs_limit=1_000_000)
-    server = _serve(opts, pipe)
+    server = serve_metrics(pipe.registry, opts.metrics_host, opts.metrics_port, web)
     log.info("serving /metrics on %s:%d", opts.metrics_host, opts.metrics_port)
 
     stop = asyncio.Event()
@@ -176,20 +179,4 @@ async def run_daemon(opts: DaemonOptions, bus_cfg: BusConfig,
             await asyncio.to_thread(otlp_sink.close)
         await pipe.close()
 
-
-class _Server:
-    def __init__(self, shutdown: Any) -> None:
-        self.shutdown = shutdown
-
-
-def _serve(opts: DaemonOptions, pipe: Pipeline) -> Any:
-    """Serve /metrics: plain, or with the web config's TLS and basic auth."""
-    if opts.web_config:
-        from exporter.webconfig import load_web_config, serve_metrics
-
-        web = load_web_config(Path(opts.web_config))
-        return serve_metrics(pipe.registry, opts.metrics_host, opts.metrics_port, web)
-    server, _thread = start_http_server(opts.metrics_port, opts.metrics_host,
-                                        registry=pipe.registry)
-    return _Server(server.shutdown)
 

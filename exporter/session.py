@@ -19,7 +19,7 @@ from collectors.rocprof.rejects import Rejects
 from exporter import schema
 from exporter.bus import Bus, BusConfig
 from exporter.pipeline import Pipeline
-from exporter.sinks.bundle import BundleSink, finish, write_json
+from exporter.sinks.bundle import BundleSink, derived_metrics, env_info, finish, write_json
 from stream_analytics.consumer import AnalyticsConsumer
 
 
@@ -87,8 +87,6 @@ class Session:
         ``derived_metrics.json`` describes the key with the most kernel spans
         and lists every key under ``keys``.
         """
-        from exporter.capture import _env, derived_metrics
-
         out.mkdir(parents=True, exist_ok=True)
         counts = self.sink.write(out)
         keys = self.final_results()
@@ -100,7 +98,7 @@ class Session:
         derived["bottleneck"] = finish(out, self.sink, keys[0] if keys else None).get("class")
         write_json(out / "rejects.json", {"dropped": rejects.counts, "notes": rejects.notes,
                                           "examples": rejects.examples})
-        write_json(out / "env.json", _env())
+        write_json(out / "env.json", env_info())
         write_json(out / "session.json", {
             "session_id": self.id, "host": self.host, "schema_version": schema.SCHEMA_VERSION,
             "nats": self.bus_cfg.url or "embedded", "rows": counts, "drops": self.drops(),

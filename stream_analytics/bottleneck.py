@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from stream_analytics import thresholds as T
+from stream_analytics.kernel_stats import busy_ns
 from stream_analytics.sii import active_totals
 
 CLASSES: tuple[str, ...] = (
@@ -245,19 +246,6 @@ def classify(features: Features) -> Verdict:
 
 
 # ------------------------------------------------------------------ feature extraction
-def _union_ns(starts: np.ndarray, ends: np.ndarray) -> int:
-    """Total length of the union of ``[start, end)`` intervals, ns."""
-    if len(starts) == 0:
-        return 0
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    run_end = np.maximum.accumulate(e)
-    new = np.empty(len(s), dtype=bool)
-    new[0] = True
-    new[1:] = s[1:] > run_end[:-1]
-    idx = np.flatnonzero(new)
-    seg_end = np.append(run_end[idx[1:] - 1], run_end[-1])
-    return int(np.sum(seg_end - s[idx]))
 
 
 def kernel_features(kernels: pa.Table) -> dict[str, float]:
@@ -274,7 +262,7 @@ def kernel_features(kernels: pa.Table) -> dict[str, float]:
     }
     if wall > 0:
         out["kernel_rate_hz"] = kernels.num_rows / (wall / 1e9)
-        out["active_ratio"] = _union_ns(s, e) / wall
+        out["active_ratio"] = busy_ns(kernels) / wall
     return out
 
 

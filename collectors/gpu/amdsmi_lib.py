@@ -38,6 +38,8 @@ from typing import Any
 from collectors.gpu import amd_smi
 from collectors.gpu import rows as R
 
+_call = R.call_or_none  # one "reading or None" for every vendor library
+
 _VIOL = {
     "ppt": ("acc_ppt_pwr", "active_ppt_pwr"),
     "socket_thermal": ("acc_socket_thrm", "active_socket_thrm"),
@@ -62,14 +64,6 @@ def open_library(module: str = "amdsmi") -> tuple[Any, list[Any]]:
     if not handles:
         raise RuntimeError(f"{module}: no GPU handles")
     return mod, handles
-
-
-def _call(mod: Any, name: str, *args: Any) -> Any:
-    """``mod.name(*args)``, or ``None`` when it raises or does not exist."""
-    try:
-        return getattr(mod, name)(*args)
-    except Exception:  # unsupported reading on this ASIC
-        return None
 
 
 def gpu_dict(mod: Any, handle: Any, index: int) -> dict[str, Any]:

@@ -31,6 +31,8 @@ from typing import Any
 from collectors.gpu import rows as R
 from collectors.gpu import throttle
 
+_call = R.call_or_none  # one "reading or None" for every vendor library
+
 _NV_BITS = {
     0x4: "power",
     0x80: "power",
@@ -71,14 +73,6 @@ def open_nvml(module: str = "pynvml") -> tuple[Any, list[Any]]:
     if not handles:
         raise RuntimeError(f"{module}: no GPU handles")
     return mod, handles
-
-
-def _call(mod: Any, name: str, *args: Any) -> Any:
-    """``mod.name(*args)``, or ``None`` when it raises or does not exist."""
-    try:
-        return getattr(mod, name)(*args)
-    except Exception:  # NVMLError_NotSupported and friends
-        return None
 
 
 def _text(v: Any) -> str | None:

@@ -19,10 +19,21 @@ import collections
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 
 from exporter import schema
+
+
+def call_or_none(mod: Any, name: str, *args: Any) -> Any:
+    """``mod.name(*args)`` of a vendor library (amdsmi, pynvml), or ``None``
+    when the call raises or does not exist (a reading the ASIC does not have)."""
+    try:
+        return getattr(mod, name)(*args)
+    except Exception:  # amdsmi / NVML raise their own "not supported" errors
+        return None
+
 
 # --- metric names (OpenTelemetry hw.gpu.* style; see docs/gpu-gauges.md) -----
 UTILIZATION = "hw.gpu.utilization"  # unit 1, attr hw.gpu.task=general|memory|media

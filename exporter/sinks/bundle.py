@@ -26,10 +26,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import platform
+import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from nats.errors import TimeoutError as NatsTimeout
@@ -147,3 +151,65 @@ def finish(out: Path, sink: BundleSink, key_row: dict[str, Any] | None) -> dict[
                        "thresholds": "stream_analytics/thresholds.py"}
     write_json(out / "metrics/bottleneck.json", verdict)
     return verdict
+
+
+def env_info() -> dict[str, Any]:
+    """``env.json``: platform, kernel, Python, CPU count and library versions."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    libs: dict[str, str | None] = {}
+    for lib in ("onnxruntime", "onnx", "pyarrow", "nats-py", "prometheus-client", "numpy"):
+        try:
+            libs[lib] = version(lib)
+        except PackageNotFoundError:
+            libs[lib] = None
+    return {
+        "platform": platform.platform(),
+        "kernel": platform.release(),
+        "machine": platform.machine(),
+        "python": sys.version.split()[0],
+        "cpu_count": os.cpu_count(),
+        "processor": platform.processor(),
+        "libraries": libs,
+    }
+
+def derived_metrics(row: dict[str, Any]) -> dict[str, Any]:
+    """``metrics/derived_metrics.json`` from the session's analytics result."""
+
+    def ms(v: float | None) -> float | None:
+        return None if v is None else v * 1e3
+
+    return {
+        "graph_node_count": row.get("graph_node_count"),
+        "kernel_count": row.get("kernel_count"),
+        "iterations": row.get("iterations"),
+        "kar": row.get("kar"),
+        "launch_tax": row.get("launch_tax"),
+        "launch_overhead_ns": row.get("launch_overhead_ns"),
+        "kernel_time_ns": row.get("kernel_time_ns"),
+        "sii": row.get("sii"),
+        "runq_wait_ns": row.get("runq_wait_ns"),
+        "thread_wall_ns": row.get("thread_wall_ns"),
+        "gpu_active_ratio": row.get("gpu_active_ratio"),
+        "busy_ns": row.get("busy_ns"),
+        "wall_ns": row.get("wall_ns"),
+        "latency_ms": {"mean": ms(row.get("latency_mean_s")), "p50": ms(row.get("latency_p50_s")),
+                       "p99": ms(row.get("latency_p99_s"))},
+        "definitions": "docs/metrics.md",
+    }
+
+def inference_summary(durations_ns: np.ndarray[Any, Any], warmup: int) -> dict[str, Any]:
+    """Latency statistics (ms) and throughput (iterations/s) of measured runs."""
+    if len(durations_ns) == 0:
+        return {"iterations": 0, "warmup": warmup}
+    ms = durations_ns.astype(np.float64) / 1e6
+    return {
+        "iterations": len(ms),
+        "warmup": warmup,
+        "latency_ms": {
+            "mean": float(ms.mean()), "std": float(ms.std()), "min": float(ms.min()),
+            "p50": float(np.percentile(ms, 50)), "p90": float(np.percentile(ms, 90)),
+            "p99": float(np.percentile(ms, 99)), "max": float(ms.max()),
+        },
+        "throughput_ips": float(len(ms) / (ms.sum() / 1e3)),
+    }
