@@ -3,7 +3,9 @@
 Four detectors share one interface: ``update(x)``, ``drift_detected``,
 ``to_dict()`` / ``from_dict()``; hyperparameters are stored verbatim as
 attributes. Each first spends ``grace_period`` samples estimating a robust
-baseline (median, sigma = 1.4826 x MAD), then tests standardised samples
+baseline (median, sigma = 1.4826 x MAD, floored at ``min_rel_scale`` x
+|median|, see :data:`stream_analytics.thresholds.DRIFT_MIN_REL_SCALE`), then
+tests standardised samples
 ``z = (x - median) / sigma`` clipped to ``+-clip`` (one outlier cannot fire
 a chart). After a detection the detector re-learns its baseline.
 
@@ -64,9 +66,10 @@ class Detector(Protocol):
 class _RobustStandardizer:
     """Grace-period median/MAD baseline, then clipped z-scores."""
 
-    def __init__(self, grace_period: int, clip: float) -> None:
+    def __init__(self, grace_period: int, clip: float, min_rel_scale: float) -> None:
         self.grace_period = grace_period
         self.clip = clip
+        self.min_rel_scale = min_rel_scale
         self._buf: list[float] = []
         self.center: float | None = None
         self.scale: float | None = None
@@ -79,8 +82,10 @@ class _RobustStandardizer:
                 a = np.asarray(self._buf)
                 med = float(np.median(a))
                 mad = 1.4826 * float(np.median(np.abs(a - med)))
-                # floor: 0.1% of the level (or 1e-12) so constant streams stay finite
-                self.center, self.scale = med, max(mad, abs(med) * 1e-3, 1e-12)
+                # floor: min_rel_scale of the level (T.DRIFT_MIN_REL_SCALE), and 1e-12
+                # so constant streams at 0 stay finite
+                self.center = med
+                self.scale = max(mad, abs(med) * self.min_rel_scale, 1e-12)
                 self._buf = []
             return None
         z = (float(x) - self.center) / self.scale
@@ -121,6 +126,7 @@ class EWMAChart:
         grace_period: int = T.DRIFT_GRACE_PERIOD,
         clip: float = T.DRIFT_CLIP_SIGMA,
         mode: str = "both",
+        min_rel_scale: float = T.DRIFT_MIN_REL_SCALE,
     ) -> None:
         if not 0 < lambda_ <= 1 or L <= 0 or grace_period < 2 or mode not in ("both", "up", "down"):
             raise ValueError("EWMAChart: need 0<lambda_<=1, L>0, grace_period>=2, valid mode")
@@ -129,11 +135,12 @@ class EWMAChart:
         self.grace_period = grace_period
         self.clip = clip
         self.mode = mode
+        self.min_rel_scale = min_rel_scale
         self.n_detections = 0
         self._reset()
 
     def _reset(self) -> None:
-        self._std = _RobustStandardizer(self.grace_period, self.clip)
+        self._std = _RobustStandardizer(self.grace_period, self.clip, self.min_rel_scale)
         self.statistic = 0.0
         self._t = 0
         self._drift = False
@@ -166,7 +173,8 @@ class EWMAChart:
         return {
             "kind": self.kind,
             "params": {"lambda_": self.lambda_, "L": self.L, "grace_period": self.grace_period,
-                       "clip": self.clip, "mode": self.mode},
+                       "clip": self.clip, "mode": self.mode,
+                       "min_rel_scale": self.min_rel_scale},
             "state": {"std": self._std.state(), "statistic": self.statistic, "t": self._t,
                       "drift": self._drift, "n_detections": self.n_detections},
         }  # fmt: skip
@@ -208,6 +216,7 @@ class CUSUM:
         grace_period: int = T.DRIFT_GRACE_PERIOD,
         clip: float = T.DRIFT_CLIP_SIGMA,
         mode: str = "both",
+        min_rel_scale: float = T.DRIFT_MIN_REL_SCALE,
     ) -> None:
         if k < 0 or h <= 0 or grace_period < 2 or mode not in ("both", "up", "down"):
             raise ValueError("CUSUM: need k>=0, h>0, grace_period>=2, valid mode")
@@ -216,11 +225,12 @@ class CUSUM:
         self.grace_period = grace_period
         self.clip = clip
         self.mode = mode
+        self.min_rel_scale = min_rel_scale
         self.n_detections = 0
         self._reset()
 
     def _reset(self) -> None:
-        self._std = _RobustStandardizer(self.grace_period, self.clip)
+        self._std = _RobustStandardizer(self.grace_period, self.clip, self.min_rel_scale)
         self.s_hi = 0.0
         self.s_lo = 0.0
         self._drift = False
@@ -250,7 +260,8 @@ class CUSUM:
         return {
             "kind": self.kind,
             "params": {"k": self.k, "h": self.h, "grace_period": self.grace_period,
-                       "clip": self.clip, "mode": self.mode},
+                       "clip": self.clip, "mode": self.mode,
+                       "min_rel_scale": self.min_rel_scale},
             "state": {"std": self._std.state(), "s_hi": self.s_hi, "s_lo": self.s_lo,
                       "drift": self._drift, "n_detections": self.n_detections},
         }  # fmt: skip
@@ -271,9 +282,11 @@ class _RiverWrapped:
 
     kind = "river"
 
-    def __init__(self, grace_period: int, clip: float, **params: Any) -> None:
+    def __init__(self, grace_period: int, clip: float, min_rel_scale: float,
+                 **params: Any) -> None:  # fmt: skip
         self.grace_period = grace_period
         self.clip = clip
+        self.min_rel_scale = min_rel_scale
         self.params = dict(params)
         self.n_detections = 0
         self._reset()
@@ -282,7 +295,7 @@ class _RiverWrapped:
         raise NotImplementedError
 
     def _reset(self) -> None:
-        self._std = _RobustStandardizer(self.grace_period, self.clip)
+        self._std = _RobustStandardizer(self.grace_period, self.clip, self.min_rel_scale)
         self.detector = self._make()
         self._drift = False
 
@@ -308,7 +321,8 @@ class _RiverWrapped:
         blob = base64.b64encode(pickle.dumps(self.detector)).decode("ascii")
         return {
             "kind": self.kind,
-            "params": {"grace_period": self.grace_period, "clip": self.clip, **self.params},
+            "params": {"grace_period": self.grace_period, "clip": self.clip,
+                       "min_rel_scale": self.min_rel_scale, **self.params},
             "state": {"std": self._std.state(), "river": blob, "drift": self._drift,
                       "n_detections": self.n_detections},
         }  # fmt: skip
@@ -341,14 +355,15 @@ class PageHinkley(_RiverWrapped):
         threshold: float = 25.0,
         alpha: float = 0.9999,
         mode: str = "both",
+        min_rel_scale: float = T.DRIFT_MIN_REL_SCALE,
     ) -> None:
         self.min_instances = min_instances
         self.delta = delta
         self.threshold = threshold
         self.alpha = alpha
         self.mode = mode
-        super().__init__(grace_period, clip, min_instances=min_instances, delta=delta,
-                         threshold=threshold, alpha=alpha, mode=mode)  # fmt: skip
+        super().__init__(grace_period, clip, min_rel_scale, min_instances=min_instances,
+                         delta=delta, threshold=threshold, alpha=alpha, mode=mode)  # fmt: skip
 
     def _make(self) -> Any:
         from river.drift import PageHinkley as _PH
@@ -383,13 +398,14 @@ class ADWIN(_RiverWrapped):
         clock: int = 32,
         max_buckets: int = 5,
         min_window_length: int = 5,
+        min_rel_scale: float = T.DRIFT_MIN_REL_SCALE,
     ) -> None:
         self.delta = delta
         self.clock = clock
         self.max_buckets = max_buckets
         self.min_window_length = min_window_length
-        super().__init__(grace_period, clip, delta=delta, clock=clock, max_buckets=max_buckets,
-                         min_window_length=min_window_length)  # fmt: skip
+        super().__init__(grace_period, clip, min_rel_scale, delta=delta, clock=clock,
+                         max_buckets=max_buckets, min_window_length=min_window_length)  # fmt: skip
 
     def _make(self) -> Any:
         from river.drift import ADWIN as _ADWIN
