@@ -24,6 +24,10 @@ shifts of the host. Each maximal run of positions with ``r_t >= c`` is one
 episode (one alarm of a detector that re-learns after alarming); episodes
 per 100,000 positions is the false-alarm rate such a detector pays.
 
+``covariates`` - whether thread CPU time, ``/proc/stat`` steal or a short
+calibration workload explains the host's latency changes (so that latency
+could be normalised by it before testing).
+
 ``onesided`` - CUSUM / EWMA with ``mode="up"`` (a latency regression is an
 increase) on the flush stream: tuned on one recording, reported on another,
 with the selection rule of ``eval_drift.py windows``.
@@ -33,6 +37,7 @@ Usage::
     python benchmarks/eval_drift_limits.py gpu
     python benchmarks/eval_drift_limits.py natural A.npz B.npz C.npz
     python benchmarks/eval_drift_limits.py onesided A.npz B.npz
+    python benchmarks/eval_drift_limits.py covariates --seconds 150
 """
 
 from __future__ import annotations
@@ -246,6 +251,112 @@ def evaluate_onesided(tune: Path, held: Path, n_ic: int = 200_000,
     return out
 
 
+def _calibration_workloads() -> dict[str, Any]:
+    """Three short fixed CPU workloads (~1 ms each) whose duration tracks host speed."""
+    import time
+
+    a = np.random.default_rng(0).standard_normal((192, 192)).astype(np.float32)
+    buf = np.empty(4_000_000, np.uint8)
+
+    def matmul() -> None:
+        b = a
+        for _ in range(8):
+            b = (a @ b) * np.float32(0.01)
+
+    def pyloop() -> None:
+        acc = 0
+        for i in range(20_000):
+            acc += i * i
+
+    def memset() -> None:
+        buf[:] = 1
+        buf.sum()
+
+    def timed(fn: Any) -> int:
+        t0 = time.perf_counter_ns()
+        fn()
+        return time.perf_counter_ns() - t0
+
+    return {name: (lambda fn=fn: timed(fn)) for name, fn in
+            (("matmul", matmul), ("pyloop", pyloop), ("memset", memset))}  # fmt: skip
+
+
+def evaluate_covariates(seconds: float = 150.0, every_s: float = 0.25) -> dict[str, Any]:
+    """Can a concurrent signal explain this host's latency changes?
+
+    Runs magika as ``eval_drift.record_timed`` does (onnxruntime CPU EP, one
+    thread) for ``seconds``; per iteration the wall time (``perf_counter_ns``)
+    and the thread CPU time (``thread_time_ns``) of ``session.run``; every
+    ``every_s`` the three :func:`_calibration_workloads`. Per 1 s flush:
+    robust CV of the wall and CPU means, and of the wall mean divided by
+    each workload's flush median, with each workload's correlation to the
+    wall mean; ``/proc/stat`` steal share over the run.
+    """
+    import time
+
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(str(ed.MAGIKA), so, providers=["CPUExecutionProvider"])
+    feed = {"bytes": np.random.default_rng(1).integers(0, 256, (1, 2048)).astype(np.int32)}
+    for _ in range(50):
+        sess.run(None, feed)
+    cal = _calibration_workloads()
+
+    def cpu_stat() -> list[int]:
+        return [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+
+    st0 = cpu_stat()
+    ends, wall, cpu, cal_rows = [], [], [], []
+    t_end = time.monotonic() + seconds
+    nxt = time.monotonic()
+    while time.monotonic() < t_end:
+        if time.monotonic() >= nxt:
+            nxt += every_s
+            cal_rows.append([time.perf_counter_ns(), *(f() for f in cal.values())])
+        c0, w0 = time.thread_time_ns(), time.perf_counter_ns()
+        sess.run(None, feed)
+        w1, c1 = time.perf_counter_ns(), time.thread_time_ns()
+        ends.append(w1)
+        wall.append(w1 - w0)
+        cpu.append(c1 - c0)
+    st1 = cpu_stat()
+    e = np.asarray(ends)
+    b = (e - e[0]) // 1_000_000_000
+    nb = int(b[-1])
+    keep = b < nb
+
+    def fmean(v: list[int]) -> np.ndarray:
+        x = np.asarray(v, np.float64)[keep]
+        return np.asarray(np.bincount(b[keep], x, nb) / np.bincount(b[keep], minlength=nb))
+
+    def rcv(x: np.ndarray) -> float:
+        m = float(np.median(x))
+        return 1.4826 * float(np.median(np.abs(x - m))) / m
+
+    w, c = fmean(wall), fmean(cpu)
+    cr = np.asarray(cal_rows, np.float64)
+    cb = (cr[:, 0] - e[0]) // 1e9
+    out: dict[str, Any] = {
+        "seconds": seconds, "iterations": len(wall), "flushes": nb,
+        "wall_flush_robust_cv": rcv(w), "cpu_flush_robust_cv": rcv(c),
+        "cpu_over_wall_median": float(np.median(np.asarray(cpu) / np.asarray(wall))),
+        "steal_share": (st1[7] - st0[7]) / max(1, sum(st1) - sum(st0)),
+        "calibration": {},
+    }  # fmt: skip
+    for j, name in enumerate(cal, start=1):
+        med = np.array([np.median(cr[cb == i, j]) if np.any(cb == i) else np.nan
+                        for i in range(nb)])  # fmt: skip
+        ok = ~np.isnan(med)
+        out["calibration"][name] = {
+            "robust_cv": rcv(med[ok]),
+            "corr_with_wall": float(np.corrcoef(w[ok], med[ok])[0, 1]),
+            "normalised_wall_robust_cv": rcv(w[ok] / med[ok]),
+        }
+    return out
+
+
 def flush_series(npz: Path) -> np.ndarray:
     """1 s flush means (ns) of an ``eval_drift.py record`` file."""
     z = np.load(npz)
@@ -261,8 +372,12 @@ def main() -> None:
     o = sub.add_parser("onesided", help="one-sided CUSUM/EWMA on the flush stream")
     o.add_argument("tune", type=Path)
     o.add_argument("held", type=Path)
+    c = sub.add_parser("covariates", help="thread CPU time and calibration workloads vs latency")
+    c.add_argument("--seconds", type=float, default=150.0)
     a = ap.parse_args()
-    if a.cmd == "gpu":
+    if a.cmd == "covariates":
+        res = evaluate_covariates(a.seconds)
+    elif a.cmd == "gpu":
         res = evaluate_gpu()
     elif a.cmd == "natural":
         res = natural_shift_bound({p.stem: flush_series(p) for p in a.npz})
