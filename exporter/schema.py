@@ -202,7 +202,8 @@ DRIFT_STATUS = pa.schema(
         pa.field("samples", pa.int64(), nullable=False),
     ]
 )
-"""One row per (stream, key, detector) each time a result updates it."""
+"""One row per (host, stream, key, detector) each time a result or a gauge batch
+of its host updates the host's streams."""
 
 BOTTLENECK = pa.schema(
     [

@@ -223,10 +223,11 @@ class AnalyticsConsumer:
 
     async def _publish_results(self, first: int, last: int, count: int) -> None:
         table = self.engine.results(only_dirty=True)
+        key = f"{self.durable}:{self.generation}:{first}-{last}:{count}"
         if table.num_rows:
-            key = f"{self.durable}:{self.generation}:{first}-{last}:{count}"
             await self.bus.publish_table("analytics_result", table, key)
             self.results_published += table.num_rows
+        if table.num_rows or self.verdicts.pending:
             try:
                 drift, verdicts = self.verdicts.update(table)
             except Exception as e:  # a verdict bug must not stop the metrics

@@ -48,8 +48,17 @@ from stream_analytics import thresholds as T
 STREAMS: frozenset[str] = frozenset(
     {"latency", "kar", "lts", "sii", "family_duration", "gpu_power", "gpu_clock"}
 )
-"""Allowed stream names. Keys: model (latency, kar, lts, sii), kernel family
-(family_duration) or GPU index (gpu_power, gpu_clock); never a raw kernel name."""
+"""Allowed stream names. Keys (within a host): model (latency, kar, lts,
+sii), ``model/family`` (family_duration, a bounded kernel family) or
+``gpu_index/sensor`` and ``gpu_index/clock`` (gpu_power, gpu_clock); never
+a raw kernel name."""
+
+GAUGE_STREAMS: Mapping[str, tuple[str, str]] = {
+    "hw.gpu.power": ("gpu_power", "sensor"),
+    "hw.gpu.clock": ("gpu_clock", "clock"),
+}
+"""GAUGE_SAMPLE metric -> (drift stream, attribute that splits its series).
+Names as the ``gpu`` collector emits them (``collectors/gpu/rows.py``)."""
 
 
 class Detector(Protocol):
@@ -464,13 +473,15 @@ previous hyperparameters: no grid point met the false-alarm goal on latency
 
 @dataclass
 class DriftEvent:
-    """One detection: which detector on which stream, at ``ts_ns``, on value ``value``."""
+    """One detection: which detector on which stream of which host, at ``ts_ns``,
+    on value ``value``."""
 
     stream: str
     key: str
     detector: str
     ts_ns: int
     value: float
+    host: str = ""
 
 
 @dataclass
@@ -482,10 +493,11 @@ class _Slot:
 
 
 class DriftMonitor:
-    """One detector set per ``(stream, key)``; JSON-serialisable.
+    """One detector set per ``(host, stream, key)``; JSON-serialisable.
 
-    ``max_keys_per_stream`` bounds memory and label cardinality; updates for
-    further keys are counted in :attr:`dropped` and ignored.
+    Streams of different hosts never mix (a consumer serves many hosts).
+    ``max_keys_per_stream`` bounds memory and label cardinality per host and
+    stream; updates for further keys are counted in :attr:`dropped` and ignored.
 
     >>> m = DriftMonitor(detectors={"c": {"kind": "cusum", "params": {"grace_period": 10}}})
     >>> evs = [m.update("latency", "resnet", 1.0 + 0.01 * (i % 3), ts_ns=i) for i in range(40)]
@@ -505,10 +517,10 @@ class DriftMonitor:
         self.detectors = {k: dict(v) for k, v in (detectors or DEFAULT_DETECTORS).items()}
         self.max_keys_per_stream = max_keys_per_stream
         self.dropped = 0
-        self._slots: dict[tuple[str, str], _Slot] = {}
-        self._family_prev: dict[tuple[str, str], tuple[int, int]] = {}
-        self._latency_prev: dict[str, tuple[int, int]] = {}
-        self._latency_last_end: dict[str, int] = {}
+        self._slots: dict[tuple[str, str, str], _Slot] = {}  # (host, stream, key)
+        self._family_prev: dict[tuple[str, str, str], tuple[int, int]] = {}  # host, model, fam
+        self._latency_prev: dict[tuple[str, str], tuple[int, int]] = {}  # host, model
+        self._latency_last_end: dict[tuple[str, str], int] = {}
 
     def _new_slot(self) -> _Slot:
         dets = {
@@ -517,8 +529,10 @@ class DriftMonitor:
         }
         return _Slot(dets, dict.fromkeys(dets, 0), dict.fromkeys(dets))
 
-    def update(self, stream: str, key: str, x: float, ts_ns: int) -> list[DriftEvent]:
-        """Feed one value of ``stream`` for ``key``; returns the detections it caused.
+    def update(self, stream: str, key: str, x: float, ts_ns: int, host: str = ""
+               ) -> list[DriftEvent]:  # fmt: skip
+        """Feed one value of ``stream`` for ``key`` of ``host``; returns the
+        detections it caused.
 
         Raises ``ValueError`` for a stream outside :data:`STREAMS`. Non-finite
         values are ignored.
@@ -527,10 +541,11 @@ class DriftMonitor:
             raise ValueError(f"unknown drift stream {stream!r}; allowed: {sorted(STREAMS)}")
         if not math.isfinite(x):
             return []
-        sk = (stream, key)
+        sk = (host, stream, key)
         slot = self._slots.get(sk)
         if slot is None:
-            if sum(1 for s, _ in self._slots if s == stream) >= self.max_keys_per_stream:
+            if (sum(1 for h, s, _ in self._slots if h == host and s == stream)
+                    >= self.max_keys_per_stream):  # fmt: skip
                 self.dropped += 1
                 return []
             slot = self._slots[sk] = self._new_slot()
@@ -541,13 +556,14 @@ class DriftMonitor:
             if det.drift_detected:
                 slot.drift_count[name] += 1
                 slot.last_change_ns[name] = ts_ns
-                out.append(DriftEvent(stream, key, name, ts_ns, x))
+                out.append(DriftEvent(stream, key, name, ts_ns, x, host))
         return out
 
     def update_result(self, row: Mapping[str, Any]) -> list[DriftEvent]:
         """Feed one ANALYTICS_RESULT row (dict): latency, KAR, LTS, SII, families.
 
-        Key is the row's ``model`` (``"unknown"`` if null). Per-family mean
+        Streams belong to the row's ``host``; the key is its ``model``
+        (``"unknown"`` if null). Per-family mean
         kernel duration is derived from the deltas of the cumulative
         ``family_time_ns_total`` / ``family_spans_total`` lists.
 
@@ -571,32 +587,33 @@ class DriftMonitor:
         2
         """
         ts = int(row.get("ts_ns") or 0)
+        host = str(row.get("host") or "")
         model = str(row.get("model") or "unknown")
         out: list[DriftEvent] = []
-        lat = self._latency_sample(model, row)
+        lat = self._latency_sample(host, model, row)
         if lat is not None:
-            out += self.update("latency", model, lat, ts)
+            out += self.update("latency", model, lat, ts, host)
         for stream, col in (("kar", "kar"), ("lts", "launch_tax"), ("sii", "sii")):
             v = row.get(col)
             if v is not None:
-                out += self.update(stream, model, float(v), ts)
+                out += self.update(stream, model, float(v), ts, host)
         names = row.get("family_names") or []
         spans = row.get("family_spans_total") or []
         times = row.get("family_time_ns_total") or []
         for fam, n, t in zip(names, spans, times, strict=False):
-            prev = self._family_prev.get((model, fam))
-            self._family_prev[(model, fam)] = (int(n), int(t))
+            prev = self._family_prev.get((host, model, fam))
+            self._family_prev[(host, model, fam)] = (int(n), int(t))
             if prev is not None and n > prev[0]:
                 mean_ns = (t - prev[1]) / (n - prev[0])
-                out += self.update("family_duration", f"{model}/{fam}", mean_ns, ts)
+                out += self.update("family_duration", f"{model}/{fam}", mean_ns, ts, host)
         return out
 
-    def _latency_sample(self, model: str, row: Mapping[str, Any]) -> float | None:
+    def _latency_sample(self, host: str, model: str, row: Mapping[str, Any]) -> float | None:
         """The latency value (s) to feed for this row, or ``None`` (see update_result)."""
         n_tot, ns_tot = row.get("iterations_total"), row.get("iteration_ns_total")
         if n_tot is not None and ns_tot is not None:
-            prev = self._latency_prev.get(model)
-            self._latency_prev[model] = (int(n_tot), int(ns_tot))
+            prev = self._latency_prev.get((host, model))
+            self._latency_prev[(host, model)] = (int(n_tot), int(ns_tot))
             if prev is None or int(n_tot) <= prev[0]:
                 return None
             return (int(ns_tot) - prev[1]) / (int(n_tot) - prev[0]) / 1e9
@@ -605,40 +622,62 @@ class DriftMonitor:
             return None
         w0, w1 = row.get("window_start_ns"), row.get("window_end_ns")
         if w0 is not None and w1 is not None:
-            last = self._latency_last_end.get(model)
+            last = self._latency_last_end.get((host, model))
             if last is not None and int(w0) < last:
                 return None
-            self._latency_last_end[model] = int(w1)
+            self._latency_last_end[(host, model)] = int(w1)
         return float(v)
 
-    def update_gauges(
-        self,
-        table: pa.Table | pa.RecordBatch,
-        streams: Mapping[str, str] | None = None,
-    ) -> list[DriftEvent]:
-        """Feed GAUGE_SAMPLE rows; ``streams`` maps metric name -> stream.
+    def update_gauges(self, table: pa.Table | pa.RecordBatch, host: str = "") -> list[DriftEvent]:
+        """Feed GAUGE_SAMPLE rows of ``host`` (:data:`GAUGE_STREAMS` picks them).
 
-        Default mapping: ``hw.gpu.power`` -> ``gpu_power``,
-        ``hw.gpu.clock.graphics`` -> ``gpu_clock``; key = ``gpu_index``.
+        ``hw.gpu.power`` (W) -> stream ``gpu_power``, key ``<gpu_index>/<sensor>``;
+        ``hw.gpu.clock`` (Hz) -> ``gpu_clock``, key ``<gpu_index>/<clock>``
+        (``sclk``, ``mclk``, ...): one series per sensor or clock domain, so
+        readings of different sensors never alternate in one detector. Rows
+        of other metrics are skipped without a Python object each.
+
+        >>> import pyarrow as pa
+        >>> t = pa.table({"ts_ns": [1, 1, 1], "metric": ["hw.gpu.power", "hw.gpu.clock",
+        ...               "hw.gpu.temperature"], "value": [300.0, 2.1e9, 60.0],
+        ...               "gpu_index": [0, 0, 0], "attributes": [[("sensor", "average")],
+        ...               [("clock", "sclk")], [("sensor", "edge")]]},
+        ...              schema=pa.schema([("ts_ns", pa.int64()), ("metric", pa.string()),
+        ...              ("value", pa.float64()), ("gpu_index", pa.int64()),
+        ...              ("attributes", pa.map_(pa.string(), pa.string()))]))
+        >>> m = DriftMonitor()
+        >>> _ = m.update_gauges(t, host="node1")
+        >>> sorted({(r["host"], r["stream"], r["key"]) for r in m.status()})
+        [('node1', 'gpu_clock', '0/sclk'), ('node1', 'gpu_power', '0/average')]
         """
-        mp = streams or {"hw.gpu.power": "gpu_power", "hw.gpu.clock.graphics": "gpu_clock"}
-        d = table.select(["ts_ns", "metric", "value", "gpu_index"]).to_pydict()
+        import pyarrow.compute as pc
+
+        t = table if isinstance(table, pa.Table) else pa.Table.from_batches([table])
+        t = t.filter(pc.is_in(t.column("metric").cast(pa.string()),
+                              pa.array(list(GAUGE_STREAMS))))  # fmt: skip
+        if not t.num_rows:
+            return []
+        d = t.select(["ts_ns", "metric", "value", "gpu_index", "attributes"]).to_pydict()
         out: list[DriftEvent] = []
-        for ts, metric, val, gpu in zip(d["ts_ns"], d["metric"], d["value"], d["gpu_index"],
-                                         strict=True):  # fmt: skip
-            stream = mp.get(metric)
-            if stream is not None:
-                out += self.update(stream, str(gpu), float(val), int(ts))
+        for ts, metric, val, gpu, attrs in zip(d["ts_ns"], d["metric"], d["value"],
+                                               d["gpu_index"], d["attributes"],
+                                               strict=True):  # fmt: skip
+            stream, attr = GAUGE_STREAMS[metric]
+            sub = dict(attrs or []).get(attr, "")
+            key = f"{'' if gpu is None else gpu}/{sub}"
+            out += self.update(stream, key, float(val), int(ts), host)
         return out
 
-    def status(self) -> list[dict[str, Any]]:
-        """One row per (stream, key, detector): drift_detected, drift_count,
-        last_change_ns (ns or None), samples."""
+    def status(self, hosts: set[str] | None = None) -> list[dict[str, Any]]:
+        """One row per (host, stream, key, detector) of ``hosts`` (all if ``None``):
+        drift_detected, drift_count, last_change_ns (ns or None), samples."""
         rows = []
-        for (stream, key), slot in sorted(self._slots.items()):
+        for (host, stream, key), slot in sorted(self._slots.items()):
+            if hosts is not None and host not in hosts:
+                continue
             for name, det in slot.detectors.items():
                 rows.append({
-                    "stream": stream, "key": key, "detector": name,
+                    "host": host, "stream": stream, "key": key, "detector": name,
                     "drift_detected": det.drift_detected,
                     "drift_count": slot.drift_count[name],
                     "last_change_ns": slot.last_change_ns[name], "samples": slot.n,
@@ -648,38 +687,48 @@ class DriftMonitor:
     def to_dict(self) -> dict[str, Any]:
         """JSON-able checkpoint of everything (``json.dumps`` ready)."""
         return {
-            "version": 1,
+            "version": 2,
             "detectors": self.detectors,
             "max_keys_per_stream": self.max_keys_per_stream,
             "dropped": self.dropped,
             "slots": [
-                {"stream": s, "key": k, "n": slot.n, "drift_count": slot.drift_count,
-                 "last_change_ns": slot.last_change_ns,
+                {"host": h, "stream": s, "key": k, "n": slot.n,
+                 "drift_count": slot.drift_count, "last_change_ns": slot.last_change_ns,
                  "detectors": {n: d.to_dict() for n, d in slot.detectors.items()}}
-                for (s, k), slot in self._slots.items()
+                for (h, s, k), slot in self._slots.items()
             ],
-            "family_prev": [[m, f, n, t] for (m, f), (n, t) in self._family_prev.items()],
-            "latency_prev": [[m, n, t] for m, (n, t) in self._latency_prev.items()],
-            "latency_last_end": dict(self._latency_last_end),
+            "family_prev": [[h, m, f, n, t] for (h, m, f), (n, t) in self._family_prev.items()],
+            "latency_prev": [[h, m, n, t] for (h, m), (n, t) in self._latency_prev.items()],
+            "latency_last_end": [[h, m, e] for (h, m), e in self._latency_last_end.items()],
         }  # fmt: skip
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> DriftMonitor:
-        """Inverse of :meth:`to_dict`. ``KeyError``/``ValueError`` on a bad checkpoint."""
-        if d.get("version") != 1:
-            raise ValueError(f"unsupported DriftMonitor checkpoint version {d.get('version')!r}")
+        """Inverse of :meth:`to_dict`. ``KeyError``/``ValueError`` on a bad checkpoint.
+
+        Version 1 checkpoints (before streams were kept per host) load with
+        host ``""``.
+        """
+        v = d.get("version")
+        if v not in (1, 2):
+            raise ValueError(f"unsupported DriftMonitor checkpoint version {v!r}")
         m = cls(d["detectors"], int(d["max_keys_per_stream"]))
         m.dropped = int(d["dropped"])
         for s in d["slots"]:
-            dets = {n: detector_from_dict(v) for n, v in s["detectors"].items()}
-            m._slots[(s["stream"], s["key"])] = _Slot(
+            dets = {n: detector_from_dict(x) for n, x in s["detectors"].items()}
+            m._slots[(str(s.get("host", "")), s["stream"], s["key"])] = _Slot(
                 dets, dict(s["drift_count"]), dict(s["last_change_ns"]), int(s["n"])
             )
-        for mod, fam, n, t in d["family_prev"]:
-            m._family_prev[(mod, fam)] = (int(n), int(t))
-        for mod, n, t in d.get("latency_prev", []):  # absent in older checkpoints
-            m._latency_prev[mod] = (int(n), int(t))
-        m._latency_last_end = {k: int(v) for k, v in d.get("latency_last_end", {}).items()}
+        v1 = v == 1
+        for e in d["family_prev"]:
+            h, mod, fam, n, t = ["", *e] if v1 else e
+            m._family_prev[(h, mod, fam)] = (int(n), int(t))
+        for e in d.get("latency_prev", []):  # absent in the oldest checkpoints
+            h, mod, n, t = ["", *e] if v1 else e
+            m._latency_prev[(h, mod)] = (int(n), int(t))
+        last = d.get("latency_last_end", {})
+        rows = [["", k, e] for k, e in last.items()] if isinstance(last, dict) else last
+        m._latency_last_end = {(str(h), str(mod)): int(e) for h, mod, e in rows}
         return m
 
     def to_bytes(self) -> bytes:

