@@ -51,7 +51,28 @@ from stream_analytics.sii import SII  # noqa: E402
 SMI_DIR = ROOT / "tests" / "stream_analytics" / "testdata" / "smi"
 
 
+def features_from_smi_json(path: Path, card: str = "card0") -> Any:
+    """Classifier features of one card of a real ``rocm-smi --json`` snapshot,
+    through the product's own path: :func:`collectors.gpu.rocm_smi.parse_rocm_smi`
+    -> GAUGE_SAMPLE rows (:func:`collectors.gpu.rows.to_table`) ->
+    :func:`stream_analytics.bottleneck.gauge_features` (a one-sample window, so
+    ``mem_share`` of an idle card comes from the activity counters since the
+    driver loaded). Raises ``KeyError`` if ``card`` has no readings.
+    """
+    from collectors.gpu.rocm_smi import parse_rocm_smi
+    from collectors.gpu.rows import to_table
+    from stream_analytics.bottleneck import Features, gauge_features
+
+    idx = int(card.removeprefix("card"))
+    rows = [r for r in parse_rocm_smi(path.read_text(), str(path)).rows if r.gpu_index == idx]
+    if not rows:
+        raise KeyError(f"{path}: no readings for {card}")
+    table = pa.Table.from_batches([to_table(rows, ts_ns=0, source="rocm-smi")])
+    return Features(**gauge_features(table))
+
+
 # ---------------------------------------------------------------- models
+
 def build_chain_model(path: Path, n_ops: int = 300, width: int = 8) -> Path:
     """Write a chain of ``n_ops`` alternating Add/Mul nodes on ``[1, width]``."""
     import onnx
@@ -371,7 +392,6 @@ def evaluate(repeats: int = 1, iterations: int = 300) -> dict[str, Any]:
         CLASSES,
         classify,
         features_from_bundle,
-        features_from_smi_json,
     )
 
     rows: list[dict[str, Any]] = []

@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from stream_analytics import thresholds as T
@@ -75,13 +76,15 @@ RECOMMENDATIONS: Mapping[str, str] = {
     "unknown": "Not enough signals to classify; enable more sources (profiler, /proc, SMI).",
 }
 
-GAUGE_GFX = "hw.gpu.utilization"
-GAUGE_MEM = "hw.gpu.memory.utilization"
-GAUGE_POWER = "hw.gpu.power"
-GAUGE_POWER_LIMIT = "hw.gpu.power.limit"
-GAUGE_CLOCK = "hw.gpu.clock.graphics"
-GAUGE_THROTTLE = "hw.gpu.throttle_status"
-"""GAUGE_SAMPLE ``metric`` names read by :func:`features_from_window`."""
+# GAUGE_SAMPLE metric names as the gpu collector emits them (collectors/gpu/rows.py)
+GAUGE_UTILIZATION = "hw.gpu.utilization"  # unit 1, attr hw.gpu.task=general|memory|media
+GAUGE_ACTIVITY = "hw.gpu.activity"  # counter, attr hw.gpu.task=general|memory
+GAUGE_POWER = "hw.gpu.power"  # W, attr sensor
+GAUGE_POWER_LIMIT = "hw.gpu.power.limit"  # W
+GAUGE_CLOCK = "hw.gpu.clock"  # Hz, attr clock=sclk|mclk|...
+GAUGE_THROTTLED = "hw.gpu.throttled"  # 0/1, attr reason (always one reason="any" row)
+GAUGE_THROTTLE_RATIO = "hw.gpu.throttle.ratio"  # residency share per interval, attr reason
+"""GAUGE_SAMPLE ``metric`` names read by :func:`gauge_features`."""
 
 
 @dataclass(frozen=True)
@@ -280,33 +283,85 @@ def sched_features(sched: pa.Table) -> dict[str, float]:
     return {"sii": wait / wall, "invol_switch_rate_hz": float(inv.sum()) / (wall / 1e9)}
 
 
+def _attr(t: pa.Table, key: str) -> pa.Array:
+    """Values of attribute ``key`` per row (null where absent)."""
+    return pc.map_lookup(t.column("attributes"), pa.scalar(key), "first")
+
+
+def _per_gpu_window(t: pa.Table) -> list[np.ndarray]:
+    """Value arrays of ``t`` split by ``gpu_index``, each in time order."""
+    t = t.sort_by([("gpu_index", "ascending"), ("ts_ns", "ascending")])
+    gpu = t.column("gpu_index").to_numpy(zero_copy_only=False)
+    val = t.column("value").to_numpy().astype(np.float64)
+    return [val[gpu == g] for g in dict.fromkeys(gpu.tolist())]
+
+
 def gauge_features(gauges: pa.Table) -> dict[str, float]:
-    """GPU activity, throttle residency, power and clock signals from GAUGE_SAMPLE rows."""
+    """GPU activity, throttle residency, power and clock signals of a window of
+    GAUGE_SAMPLE rows (all GPUs of a host; metric names of ``collectors/gpu``).
+
+    * ``gfx_activity`` / ``mem_activity``: mean ``hw.gpu.utilization`` with
+      ``hw.gpu.task`` ``general`` / ``memory`` (rocm-smi ``GPU use (%)`` /
+      ``GPU Memory Read/Write Activity (%)``, amd-smi ``gfx_activity`` /
+      ``umc_activity``), [0, 1].
+    * ``mem_share``: ``mem / (gfx + mem)`` of those means; when both are 0 (an
+      idle snapshot), from the ``hw.gpu.activity`` counters (rocm-smi
+      ``GFX Activity`` / ``Memory Activity``): their increase over the window
+      per GPU, or, with one sample, their values (accumulated since the driver
+      loaded).
+    * ``throttle_residency``: mean over samples of the largest
+      ``hw.gpu.throttle.ratio`` (MI300 violation residency) where present,
+      else the mean of ``hw.gpu.throttled{reason="any"}``, [0, 1].
+    * ``power_cap_ratio``: mean ``hw.gpu.power`` / largest ``hw.gpu.power.limit``.
+    * ``clock_cv``: std / mean of ``hw.gpu.clock{clock="sclk"}`` per GPU over
+      the window (>= 2 samples), averaged over GPUs.
+    """
     if gauges.num_rows == 0:
         return {}
-    metric = np.asarray(gauges.column("metric").to_pylist(), dtype=object)
-    val = gauges.column("value").to_numpy().astype(np.float64)
+    t = gauges.select(["ts_ns", "metric", "value", "gpu_index", "attributes"])
+    t = t.set_column(1, "metric", t.column("metric").cast(pa.string()))
 
-    def get(name: str) -> np.ndarray:
-        return np.asarray(val[metric == name], dtype=np.float64)
+    def rows(name: str, key: str | None = None, want: str | None = None) -> pa.Table:
+        m = pc.equal(t.column("metric"), name)
+        sub = t.filter(m)
+        if key is not None and sub.num_rows:
+            sub = sub.filter(pc.fill_null(pc.equal(_attr(sub, key), want), False))
+        return sub
+
+    def mean(sub: pa.Table) -> float | None:
+        return float(pc.mean(sub.column("value")).as_py()) if sub.num_rows else None
 
     out: dict[str, float] = {}
-    gfx, mem = get(GAUGE_GFX), get(GAUGE_MEM)
-    if len(gfx):
-        out["gfx_activity"] = float(gfx.mean())
-    if len(mem):
-        out["mem_activity"] = float(mem.mean())
-    if len(gfx) and len(mem) and gfx.mean() + mem.mean() > 0:
-        out["mem_share"] = float(mem.mean() / (gfx.mean() + mem.mean()))
-    thr = get(GAUGE_THROTTLE)
-    if len(thr):
-        out["throttle_residency"] = float(np.mean(thr != 0))
-    pw, lim = get(GAUGE_POWER), get(GAUGE_POWER_LIMIT)
-    if len(pw) and len(lim) and lim.max() > 0:
-        out["power_cap_ratio"] = float(pw.mean() / lim.max())
-    clk = get(GAUGE_CLOCK)
-    if len(clk) >= 2 and clk.mean() > 0:
-        out["clock_cv"] = float(clk.std() / clk.mean())
+    gfx = mean(rows(GAUGE_UTILIZATION, "hw.gpu.task", "general"))
+    mem = mean(rows(GAUGE_UTILIZATION, "hw.gpu.task", "memory"))
+    if gfx is not None:
+        out["gfx_activity"] = gfx
+    if mem is not None:
+        out["mem_activity"] = mem
+    if gfx is not None and mem is not None and gfx + mem > 0:
+        out["mem_share"] = mem / (gfx + mem)
+    else:
+        acc = []
+        for task in ("general", "memory"):
+            per = _per_gpu_window(rows(GAUGE_ACTIVITY, "hw.gpu.task", task))
+            acc.append(sum(float(v[-1] - v[0]) if len(v) >= 2 else float(v[-1]) for v in per))
+        if acc[0] + acc[1] > 0:
+            out["mem_share"] = acc[1] / (acc[0] + acc[1])
+    ratio = rows(GAUGE_THROTTLE_RATIO)
+    if ratio.num_rows:
+        worst = ratio.group_by(["ts_ns", "gpu_index"]).aggregate([("value", "max")])
+        out["throttle_residency"] = float(pc.mean(worst.column("value_max")).as_py())
+    else:
+        thr = mean(rows(GAUGE_THROTTLED, "reason", "any"))
+        if thr is not None:
+            out["throttle_residency"] = thr
+    pw, lim = mean(rows(GAUGE_POWER)), rows(GAUGE_POWER_LIMIT)
+    if pw is not None and lim.num_rows and pc.max(lim.column("value")).as_py() > 0:
+        out["power_cap_ratio"] = pw / float(pc.max(lim.column("value")).as_py())
+    cvs = [float(v.std() / v.mean()) for v in _per_gpu_window(rows(GAUGE_CLOCK, "clock", "sclk"))
+           if len(v) >= 2 and v.mean() > 0]  # fmt: skip
+    if cvs:
+        out["clock_cv"] = float(np.mean(cvs))
     return out
 
 
@@ -371,46 +426,3 @@ def features_from_bundle(path: Path) -> Features:
     )
 
 
-def _num(v: Any) -> float | None:
-    try:
-        x = float(str(v).strip().split()[0])
-    except (ValueError, IndexError):
-        return None
-    return None if math.isnan(x) else x
-
-
-def features_from_smi_json(path: Path, card: str = "card0") -> Features:
-    """Features of one card from a ``rocm-smi --json`` snapshot.
-
-    Gfx/memory activity come from ``GPU use (%)`` and ``GPU Memory Read/Write
-    Activity (%)`` (or ``GPU memory use (%)``); when both are 0 the cumulative
-    ``GFX Activity``/``Memory Activity`` counters give ``mem_share``.
-    ``throttle_status`` != 0 gives residency 1.0 for the snapshot; power ratio
-    is current (``Current Socket``/``Average Graphics Package Power (W)``) over
-    ``Max Graphics Package Power (W)``. Raises ``KeyError`` if ``card`` is absent.
-    """
-    d: Mapping[str, Any] = json.loads(Path(path).read_text())[card]
-    first: Callable[[tuple[str, ...]], float | None] = lambda keys: next(  # noqa: E731
-        (x for x in (_num(d.get(k)) for k in keys) if x is not None), None
-    )
-    vals: dict[str, float] = {}
-    gfx = first(("GPU use (%)",))
-    mem = first(("GPU Memory Read/Write Activity (%)", "GPU memory use (%)"))
-    if gfx is not None:
-        vals["gfx_activity"] = gfx / 100
-    if mem is not None:
-        vals["mem_activity"] = mem / 100
-    if gfx is not None and mem is not None and gfx + mem > 0:
-        vals["mem_share"] = mem / (gfx + mem)
-    else:
-        g_acc, m_acc = first(("GFX Activity",)), first(("Memory Activity",))
-        if g_acc is not None and m_acc is not None and g_acc + m_acc > 0:
-            vals["mem_share"] = m_acc / (g_acc + m_acc)
-    thr = first(("throttle_status",))
-    if thr is not None:
-        vals["throttle_residency"] = 1.0 if thr != 0 else 0.0
-    pw = first(("Current Socket Graphics Package Power (W)", "Average Graphics Package Power (W)"))
-    cap = first(("Max Graphics Package Power (W)",))
-    if pw is not None and cap:
-        vals["power_cap_ratio"] = pw / cap
-    return Features(**vals)

@@ -76,7 +76,9 @@ GFX_BUSY_HIGH: Final = 0.8
 """ratio. rocm-smi "GPU use (%)" / 100 at or above this is a busy GPU."""
 
 THROTTLE_RESIDENCY: Final = 0.05
-"""ratio of samples with a non-zero ``throttle_status`` (amdgpu
+"""share of the window spent throttled: MI300 violation residency
+(``hw.gpu.throttle.ratio``, worst reason) where reported, else the share of
+samples with ``hw.gpu.throttled{reason="any"}`` = 1 (non-zero amdgpu
 ``gpu_metrics`` throttle bits: PPT, thermal, TDC, ...). Throttled evidence
 at >= 5% residency."""
 

@@ -36,6 +36,10 @@ FIELDS: Mapping[str, Spec] = {
         R.GAUGE,
         {"hw.gpu.task": "memory"},
     ),
+    # rsmi_utilization_count_get coarse-grain counters: accumulated busy (%-ticks),
+    # only their ratio and increase are used
+    "GFX Activity": (R.ACTIVITY, 1.0, "1", R.COUNTER, {"hw.gpu.task": "general"}),
+    "Memory Activity": (R.ACTIVITY, 1.0, "1", R.COUNTER, {"hw.gpu.task": "memory"}),
     "Average Graphics Package Power (W)": (R.POWER, 1.0, "W", R.GAUGE, {"sensor": "average"}),
     "Current Socket Graphics Package Power (W)": (R.POWER, 1.0, "W", R.GAUGE, {"sensor": "socket"}),
     "Max Graphics Package Power (W)": (R.POWER_LIMIT, 1.0, "W", R.GAUGE, {}),

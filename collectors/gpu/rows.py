@@ -37,6 +37,7 @@ def call_or_none(mod: Any, name: str, *args: Any) -> Any:
 
 # --- metric names (OpenTelemetry hw.gpu.* style; see docs/gpu-gauges.md) -----
 UTILIZATION = "hw.gpu.utilization"  # unit 1, attr hw.gpu.task=general|memory|media
+ACTIVITY = "hw.gpu.activity"  # 1, counter, attr hw.gpu.task=general|memory (accumulated busy)
 MEMORY_USAGE = "hw.gpu.memory.usage"  # By
 MEMORY_LIMIT = "hw.gpu.memory.limit"  # By
 POWER = "hw.gpu.power"  # W, attr sensor=average|socket

@@ -6,13 +6,15 @@ import json
 from pathlib import Path
 from types import ModuleType
 
+import pyarrow as pa
 import pytest
 
+from collectors.gpu.rows import Row, to_table
 from stream_analytics.bottleneck import (
     Features,
     classify,
     features_from_bundle,
-    features_from_smi_json,
+    gauge_features,
 )
 from stream_analytics.thresholds import SII_CPU
 from tests.support import load_path
@@ -52,8 +54,9 @@ def test_classifier_labels_real_launch_cpu_and_compute_runs(tmp_path: Path) -> N
     ],
 )
 def test_classifier_labels_real_smi_snapshots(fname: str, card: str, expected: str) -> None:
-    """rocm-smi JSON: memory-dominated MI250, throttled R9700, busy R9700."""
-    v = classify(features_from_smi_json(SMI / fname, card))
+    """rocm-smi JSON through the product path (rocm-smi parser -> GAUGE_SAMPLE ->
+    gauge_features): memory-dominated MI250, throttled R9700, busy R9700."""
+    v = classify(_eval_bottleneck().features_from_smi_json(SMI / fname, card))
     assert v.label == expected, v.to_json()
 
 
@@ -75,3 +78,40 @@ def test_verdict_json_has_ranked_evidence_and_recommendation() -> None:
     assert d["evidence"][0]["signal"] == "sii" and d["evidence"][0]["met"]
     assert d["evidence"][-1]["met"] is False
     assert d["recommendation"]
+
+
+def _window(values: list[tuple[int, str, float, dict[str, str]]]) -> pa.Table:
+    """A GAUGE_SAMPLE window from (ts_ns, metric, value, attributes) rows, GPU 0."""
+
+    return pa.concat_tables(
+        pa.Table.from_batches([to_table([Row(m, v, "1", 0, attributes=tuple(a.items()))],
+                                        ts_ns=ts, source="synthetic")])
+        for ts, m, v, a in values
+    )  # fmt: skip
+
+
+def test_gauge_features_read_the_collector_metric_names_over_a_window() -> None:
+    """Synthetic window in the gpu collector's vocabulary: clock CV from
+    hw.gpu.clock{clock=sclk} only (mclk ignored), mem_share from the increase of
+    the hw.gpu.activity counters when utilisation reads 0, throttle residency
+    from the worst hw.gpu.throttle.ratio per sample, preferred over throttled."""
+    sclk, mclk, task = {"clock": "sclk"}, {"clock": "mclk"}, "hw.gpu.task"
+    w = _window([
+        (1, "hw.gpu.clock", 1.0e9, sclk), (2, "hw.gpu.clock", 2.0e9, sclk),
+        (1, "hw.gpu.clock", 5.0e9, mclk), (2, "hw.gpu.clock", 5.0e9, mclk),
+        (1, "hw.gpu.utilization", 0.0, {task: "general"}),
+        (1, "hw.gpu.utilization", 0.0, {task: "memory"}),
+        (1, "hw.gpu.activity", 1000.0, {task: "general"}),
+        (2, "hw.gpu.activity", 1100.0, {task: "general"}),
+        (1, "hw.gpu.activity", 5000.0, {task: "memory"}),
+        (2, "hw.gpu.activity", 5300.0, {task: "memory"}),
+        (1, "hw.gpu.throttle.ratio", 0.2, {"reason": "power"}),
+        (1, "hw.gpu.throttle.ratio", 0.6, {"reason": "thermal"}),
+        (2, "hw.gpu.throttle.ratio", 0.0, {"reason": "power"}),
+        (2, "hw.gpu.throttled", 1.0, {"reason": "any"}),
+    ])  # fmt: skip
+    f = gauge_features(w)
+    assert f["clock_cv"] == pytest.approx(0.5e9 / 1.5e9)
+    assert f["mem_share"] == pytest.approx(300 / 400)  # increases, not lifetime 5300/6400
+    assert f["throttle_residency"] == pytest.approx((0.6 + 0.0) / 2)
+    assert f["gfx_activity"] == 0.0 and "power_cap_ratio" not in f

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -74,3 +75,25 @@ def test_status_rows_are_for_the_hosts_this_update_touched() -> None:
     drift, verdicts = ov.update(res)
     assert {r["host"] for r in drift.to_pylist()} == {"a"}
     assert verdicts.column("host").to_pylist() == ["a"]
+
+
+R9700 = SMI.parents[1] / "rocm_smi_exporter" / "rocm_smi_all.json"  # real, card1 throttled
+
+
+def test_online_verdict_reads_real_smi_gauges_of_the_host() -> None:
+    """The real R9700 rocm-smi snapshot (card1 throttle_status 16384, both cards at
+    100% GPU use) reaches the classifier through ingest_gauges: a result of that
+    host without any kernel data is labelled throttled, with throttle residency,
+    gfx activity and power-cap evidence read from the collector's metric names."""
+    res = parse_rocm_smi(R9700.read_text(), str(R9700))
+    ov = OnlineVerdicts()
+    ov.ingest_gauges("gpu-node", pa.Table.from_batches([to_table(res.rows, ts_ns=1,
+                                                                 source="rocm-smi")]))
+    row = pa.Table.from_pylist([{"ts_ns": 2, "host": "gpu-node", "model": "m"}],
+                               schema=ANALYTICS_RESULT)  # fmt: skip
+    _, verdicts = ov.update(row)
+    (v,) = verdicts.to_pylist()
+    assert v["label"] == "throttled", v
+    signals = {e["signal"]: e["value"] for e in json.loads(v["evidence_json"])}
+    assert signals["throttle_residency"] == 0.5  # 1 of 2 cards throttled
+    assert signals["power_cap_ratio"] == (276 + 300) / 2 / 300

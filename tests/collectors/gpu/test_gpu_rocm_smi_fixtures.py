@@ -67,12 +67,14 @@ def test_wandb_rocm6_mi250_all_fields_in_base_units() -> None:
         (0, R.UTILIZATION, "memory"): 0.0,  # "GPU Memory Read/Write Activity (%)": "0"
         (0, R.PCIE_REPLAYS, ""): 3824.0,
         (0, R.ENERGY, ""): 4275228873.2992185,
+        (0, R.ACTIVITY, "general"): 387664097.0,  # "GFX Activity": "387664097"
+        (0, R.ACTIVITY, "memory"): 647284295.0,  # "Memory Activity": "647284295"
     })
     row = res.rows[0]
     assert row.gpu_uuid == "0x1f9de0957d137942"  # "Unique ID"
     assert row.attr("model") == "AMD INSTINCT MI250 (MCM) OAM AC MBA"  # "Device Name"
     kinds = {r.metric: r.kind for r in res.rows}
-    assert kinds[R.ENERGY] == kinds[R.PCIE_REPLAYS] == R.COUNTER
+    assert kinds[R.ENERGY] == kinds[R.PCIE_REPLAYS] == kinds[R.ACTIVITY] == R.COUNTER
     assert kinds[R.TEMPERATURE] == R.GAUGE
 
 
@@ -98,25 +100,30 @@ def test_wandb_rocm5_mi250_old_key_names() -> None:
         (0, R.UTILIZATION, "memory"): 0.0,
         (0, R.PCIE_REPLAYS, ""): 147.0,
         (0, R.ENERGY, ""): 962825096.2974429,
+        (0, R.ACTIVITY, "general"): 2469071528.0,
+        (0, R.ACTIVITY, "memory"): 2189510857.0,
     })
     assert res.rows[0].gpu_uuid == "0x719d230578348e8c"
     assert res.rows[0].attr("model") == "AMD INSTINCT MI250 (MCM) OAM AC MBA"
 
 
 @pytest.mark.parametrize(
-    ("rel", "card0", "card1"),
+    ("rel", "card0", "card1", "activity"),
     [
         # card0: "92.0" W, "50" %, "0" %, 68702699520 B, 51527024640 B;
-        # card1: power "N/A (Secondary die)" omitted, use "50", used 51527024640
-        ("torchserve/sample_amd_metrics.json", (92.0, 0.5, 51527024640.0), (0.5, 51527024640.0)),
+        # card1: power "N/A (Secondary die)" omitted, use "50", used 51527024640;
+        # activity: "GFX Activity" / "Memory Activity" of card0 then card1
+        ("torchserve/sample_amd_metrics.json", (92.0, 0.5, 51527024640.0), (0.5, 51527024640.0),
+         (62827955.0, 17044038.0, 46030661.0, 10645369.0)),
         ("torchserve/sample_amd_updated_metrics.json", (92.0, 0.25, 51527024640.0),
-         (0.5, 51527024640.0)),
+         (0.5, 51527024640.0), (62827955.0, 17044038.0, 46030661.0, 10645369.0)),
         ("torchserve/mi250_rocm_smi_metrics.json", (102.0, 0.5, 51527024640.0),
-         (0.0, 11665408.0)),
+         (0.0, 11665408.0), (81364057.0, 12131476.0, 87427303.0, 13102149.0)),
     ],
 )
 def test_torchserve_mi250_secondary_die_power_is_omitted(
-    rel: str, card0: tuple[float, float, float], card1: tuple[float, float]
+    rel: str, card0: tuple[float, float, float], card1: tuple[float, float],
+    activity: tuple[float, float, float, float],
 ) -> None:
     """'N/A (Secondary die)' power on the second GCD is omitted, never exported as 0."""
     res = parse(rel)
@@ -130,6 +137,10 @@ def test_torchserve_mi250_secondary_die_power_is_omitted(
         (1, R.UTILIZATION, "memory"): 0.0,
         (1, R.MEMORY_LIMIT, ""): 68702699520.0,
         (1, R.MEMORY_USAGE, ""): card1[1],
+        (0, R.ACTIVITY, "general"): activity[0],
+        (0, R.ACTIVITY, "memory"): activity[1],
+        (1, R.ACTIVITY, "general"): activity[2],
+        (1, R.ACTIVITY, "memory"): activity[3],
     })
     assert all(r.gpu_uuid is None for r in res.rows)  # no "Unique ID" key
 
