@@ -522,11 +522,13 @@ class DriftMonitor:
         self._latency_prev: dict[tuple[str, str], tuple[int, int]] = {}  # host, model
         self._latency_last_end: dict[tuple[str, str], int] = {}
 
-    def _new_slot(self) -> _Slot:
+    def _new_slot(self, stream: str) -> _Slot:
+        over = T.DRIFT_STREAM_PARAMS.get(stream, {})
         dets = {
-            name: detector_from_dict({"kind": spec["kind"], **_fresh(spec)})
+            name: detector_from_dict({"kind": spec["kind"], **_fresh(
+                {**spec, "params": {**over, **spec.get("params", {})}})})
             for name, spec in self.detectors.items()
-        }
+        }  # fmt: skip
         return _Slot(dets, dict.fromkeys(dets, 0), dict.fromkeys(dets))
 
     def update(self, stream: str, key: str, x: float, ts_ns: int, host: str = ""
@@ -548,7 +550,7 @@ class DriftMonitor:
                     >= self.max_keys_per_stream):  # fmt: skip
                 self.dropped += 1
                 return []
-            slot = self._slots[sk] = self._new_slot()
+            slot = self._slots[sk] = self._new_slot(stream)
         slot.n += 1
         out: list[DriftEvent] = []
         for name, det in slot.detectors.items():

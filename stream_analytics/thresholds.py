@@ -123,6 +123,13 @@ detected in 1-3 samples with no false alarm in 300,000 bootstrapped samples
 each (``benchmarks/eval_drift_limits.py gpu``). Streams noisier than 1%
 (CPU latency on a shared host: 3.6-5.5% per 1 s flush) are unaffected."""
 
+DRIFT_STREAM_PARAMS: Final[dict[str, dict[str, float]]] = {"kar": {"min_rel_scale": 0.001}}
+"""per-stream detector defaults over the class defaults (a detector spec's own
+``params`` still win). KAR keeps a 0.1% floor: it is an exact ratio of
+counts (kernels per graph node per iteration, 1.0105 = 96/95 for magika), so
+one more or one fewer kernel per iteration (+-1%) is a real change of kernel
+selection, not noise."""
+
 DRIFT_CLIP_SIGMA: Final = 4.0
 """standardised samples are clipped to +-4 robust sigmas (Huber-style) so one
 latency outlier cannot fire a chart; real latency series are heavy-tailed."""

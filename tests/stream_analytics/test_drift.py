@@ -290,3 +290,17 @@ def test_version_1_checkpoints_load_with_an_empty_host() -> None:
     m.update("kar", "m", 1.0, ts_ns=1)
     assert m.status()[0]["host"] == "" and m.status()[0]["samples"] == 4
     assert DriftMonitor.from_dict(json.loads(json.dumps(m.to_dict()))).status() == m.status()
+
+
+def test_kar_keeps_a_finer_scale_floor_than_timing_streams() -> None:
+    """KAR of 96 kernels per 95 nodes moving to 97/95 (+1.04%) is a kernel-selection
+    change and is detected (0.1% floor for KAR, DRIFT_STREAM_PARAMS); the same +1%
+    on a flat latency stream stays below its 1% floor and raises nothing."""
+    m = DriftMonitor(detectors={"c": DEFAULT_DETECTORS["cusum"]})
+    n = T.DRIFT_GRACE_PERIOD
+    evs = []
+    for i in range(n + 30):
+        x = 96 / 95 if i < n else 97 / 95
+        evs += m.update("kar", "m", x, ts_ns=i)
+        evs += m.update("latency", "m", 0.010 if i < n else 0.0101, ts_ns=i)
+    assert {e.stream for e in evs} == {"kar"}
