@@ -9,7 +9,8 @@ The dashboards are described as plain data (:class:`PanelSpec`) first and only
 then turned into SDK builders, so that every PromQL expression is available to
 tests without Grafana: :func:`all_queries` lists ``(dashboard/panel, expr)``
 pairs and :data:`NEEDS_ABSENT_SOURCE` names the queries that need a source a
-CPU-only machine lacks (GPU gauges, eBPF histograms).  :func:`render_query`
+CPU-only machine lacks (GPU gauges, eBPF histograms, a pending alert), each with
+its reason.  :func:`render_query`
 substitutes the template variables so an expression can be sent to a real
 Prometheus.
 
@@ -60,7 +61,23 @@ DEFAULT_OUT = Path(__file__).resolve().parent / "grafana"
 DATASOURCE = dashboard_m.DataSourceRef(type_val="prometheus", uid="${datasource}")
 
 #: Reasons a query returns nothing on a CPU-only machine without eBPF.
-GPU_REASON = "GPU gauges need an AMD (amdsmi/rocm-smi) or NVIDIA (NVML) source"
+#:
+#: tests/deploy/test_prometheus_e2e.py supplies a GPU source with a test double of
+#: ``rocm-smi`` that replays real recorded ``rocm-smi --json`` output, so it
+#: requires data from every ``GPU_REASON`` query; ``GPU_ECC_REASON`` and
+#: ``GPU_RESIDENCY_REASON`` queries need readings that ``rocm-smi`` does not give
+#: and that no real recording in collectors/gpu/testdata holds.
+GPU_REASON = "GPU gauges need an AMD (amdsmi/amd-smi/rocm-smi/sysfs) or NVIDIA (NVML) source"
+GPU_ECC_REASON = (
+    "ECC error counters come from amdsmi, amd-smi metric or sysfs ras (not from rocm-smi as the "
+    "gpu collector calls it); no real recorded output with ECC counts is in "
+    "collectors/gpu/testdata, so the end-to-end test cannot supply them"
+)
+GPU_RESIDENCY_REASON = (
+    "throttle residency needs the MI300-class violation accumulators of amdsmi or amd-smi metric "
+    "(not rocm-smi); collectors/gpu/testdata has only a synthetic amd-smi metric document, so the "
+    "end-to-end test cannot supply them"
+)
 EBPF_REASON = "the runqueue latency histogram is produced by the eBPF scheduler source only"
 ALERT_REASON = "ALERTS has series only while an aaco alert is pending or firing"
 
@@ -127,8 +144,8 @@ def _q(expr: str, legend: str = "", *, needs: str | None = None) -> Query:
     return Query(expr=expr, legend=legend, needs=needs)
 
 
-def _gpu(expr: str, legend: str = "") -> Query:
-    return Query(expr=expr, legend=legend, needs=GPU_REASON)
+def _gpu(expr: str, legend: str = "", *, needs: str = GPU_REASON) -> Query:
+    return Query(expr=expr, legend=legend, needs=needs)
 
 
 HM = 'host=~"$host", model=~"$model"'
@@ -396,8 +413,9 @@ GPU = DashboardSpec(
                 PanelSpec(
                     "statetimeline",
                     "Throttled",
-                    "hw_gpu_throttled per reason (1 = throttling; reason any = some limiter).",
-                    (_gpu(f"hw_gpu_throttled{{{HG}}}", "GPU {{gpu_index}} {{reason}}"),),
+                    "hw_gpu_throttled_ratio per reason (1 = throttling; reason any = some "
+                    "limiter).",
+                    (_gpu(f"hw_gpu_throttled_ratio{{{HG}}}", "GPU {{gpu_index}} {{reason}}"),),
                     span=24,
                     height=6,
                 ),
@@ -409,6 +427,7 @@ GPU = DashboardSpec(
                         _gpu(
                             f"hw_gpu_throttle_ratio{{{HG}}}",
                             "GPU {{gpu_index}} {{reason}}",
+                            needs=GPU_RESIDENCY_REASON,
                         ),
                     ),
                     unit="percentunit",
@@ -424,6 +443,7 @@ GPU = DashboardSpec(
                         _gpu(
                             f"rate(hw_gpu_ecc_errors_total{{{HG}}}[{RI}])",
                             "GPU {{gpu_index}} {{type}}",
+                            needs=GPU_ECC_REASON,
                         ),
                     ),
                     unit="ops",
@@ -894,10 +914,12 @@ def _needs_absent_source() -> list[tuple[str, str]]:
 
 
 #: ``(expr, reason)`` for each panel query that returns no series on a CPU-only
-#: machine without eBPF (or while no alert fires).  The ``$gpu`` variable query
-#: (see :func:`variable_queries`) is empty on such a machine for the same
-#: reason.  Every other query in :func:`all_queries` is expected to return data
-#: from a running exporter that has seen at least one inference workload.
+#: machine without eBPF (or while no alert is pending or firing).  The ``$gpu``
+#: variable query (see :func:`variable_queries`) is empty on such a machine for
+#: the same reason.  Every other query in :func:`all_queries` is expected to
+#: return data from a running exporter that has seen at least one inference
+#: workload.  The end-to-end test proves the ``GPU_REASON``, ``EBPF_REASON`` and
+#: ``ALERT_REASON`` entries too, once it has supplied those sources.
 NEEDS_ABSENT_SOURCE: list[tuple[str, str]] = _needs_absent_source()
 
 
