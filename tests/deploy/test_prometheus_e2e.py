@@ -81,17 +81,6 @@ ANALYTICS_SERIES = (
 #: The replayed card at its power cap (300 W of 300 W): AacoGpuPowerHigh goes pending.
 POWER_CAPPED_GPU = "1"
 
-#: Alert selectors that match nothing because of a known mismatch in product code,
-#: with the mismatch.  An entry whose selector starts matching fails the test
-#: (remove the entry); one whose selector is gone from the rules is ignored.
-KNOWN_PRODUCT_MISMATCHES = {
-    'hw_gpu_throttled{reason="any"}': (
-        "AacoGpuThrottled (deploy/prometheus/rules/aaco-alerts.yml) selects hw_gpu_throttled, "
-        "but the Prometheus sink names the unit-1 gauge hw.gpu.throttled hw_gpu_throttled_ratio "
-        "(exporter/sinks/prometheus.py prom_name; collectors/gpu/README.md documents that name)"
-    ),
-}
-
 PROMQL_KEYWORDS = frozenset(
     {
         "and", "or", "unless", "by", "without", "on", "ignoring", "group_left",
@@ -423,7 +412,6 @@ def test_every_panel_variable_and_rule_query_returns_data_from_live_daemon(
             if not recorded:
                 failures.append(f"recording rule {name}: Prometheus recorded no series")
         alert_selectors = 0
-        known_mismatches: list[str] = []
         for rule in alerts:
             name, expr = rule["alert"], rule["expr"]
             result, error = prom.query(expr)
@@ -435,17 +423,8 @@ def test_every_panel_variable_and_rule_query_returns_data_from_live_daemon(
             for sel in dict.fromkeys(selectors):
                 alert_selectors += 1
                 matched, error = prom.query(f"group({_positive(sel)})")
-                known = KNOWN_PRODUCT_MISMATCHES.get(sel)
                 if matched is None:
                     failures.append(f"alert {name}: selector failed ({error}): {sel}")
-                elif known is not None:
-                    if matched:
-                        failures.append(
-                            f"alert {name}: {sel} matches series now: remove it from "
-                            "KNOWN_PRODUCT_MISMATCHES"
-                        )
-                    else:
-                        known_mismatches.append(f"alert {name}: {sel}: {known}")
                 elif not matched and _metric_name(sel) not in absent_metrics:
                     failures.append(f"alert {name}: selector matches no series: {sel}")
 
@@ -462,7 +441,7 @@ def test_every_panel_variable_and_rule_query_returns_data_from_live_daemon(
         f"{len(panel_queries)} panel queries ({len(panels_with_data)} with data; allowed "
         f"empty: {[p for p, e in panel_queries if e in absent_exprs]}), "
         f"{len(recording)} recording rules, {len(alerts)} alerts "
-        f"({alert_selectors} selectors; known product mismatches: {known_mismatches}); "
+        f"({alert_selectors} selectors); "
         f"sources {sources}"
     )
     print(summary)
