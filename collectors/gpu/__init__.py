@@ -56,9 +56,15 @@ ROCM_SMI_ARGS = [
     "vram",
     "--showreplaycount",
     "--showenergycounter",
+    "--showmetrics",
     "--json",
 ]
-"""Flags of the ``rocm-smi`` call (one JSON document with every gauge)."""
+"""Flags of the ``rocm-smi`` call (one JSON document with every gauge).
+
+``--showmetrics`` prints the ``gpu_metrics`` table: ``throttle_status`` (the
+only throttle reading rocm-smi has), ``current_gfxclk``/``current_uclk``.
+A rocm-smi without that flag (argparse: "unrecognized arguments") is called
+again without it, once, and from then on; see :class:`RocmSmiCliBackend`."""
 
 
 class Backend(Protocol):
@@ -130,9 +136,23 @@ class RocmSmiCliBackend:
         self, exe: str, timeout_s: float, run: Callable[[list[str], float], str] = run_cli
     ) -> None:
         self.exe, self.timeout_s, self.run = exe, timeout_s, run
+        self.args = list(ROCM_SMI_ARGS)
+        self.note: str | None = None  # why a flag was dropped, for the collector's log
 
     def read(self) -> R.ParseResult:
-        return rocm_smi.parse_rocm_smi(self.run([self.exe, *ROCM_SMI_ARGS], self.timeout_s))
+        """One poll. A rocm-smi that rejects ``--showmetrics`` (older releases) is
+        asked again without it; ``note`` then says that throttle readings are lost."""
+        try:
+            out = self.run([self.exe, *self.args], self.timeout_s)
+        except CliError as e:
+            if not (e.reason == "cli_exit" and "--showmetrics" in self.args
+                    and "unrecognized arguments" in str(e)):  # fmt: skip
+                raise
+            self.args.remove("--showmetrics")
+            self.note = (f"{self.exe} has no --showmetrics: no throttle_status, so no "
+                         "hw.gpu.throttled readings from this source")  # fmt: skip
+            out = self.run([self.exe, *self.args], self.timeout_s)
+        return rocm_smi.parse_rocm_smi(out)
 
 
 class SysfsBackend:
@@ -241,6 +261,10 @@ class GpuCollector:
         except Exception as e:  # a backend bug must not kill the daemon
             self._count("read_error", f"{type(e).__name__}: {e}")
             return []
+        note = getattr(self._backend, "note", None)
+        if note:  # once: the backend had to drop a flag its tool does not know
+            self.ctx.log(f"gpu: {note}")
+            self._backend.note = None  # type: ignore[attr-defined]
         for reason, msg in res.errors:
             self._count(reason, msg)
         rows = res.rows + self._tracker.ratios(res.rows)

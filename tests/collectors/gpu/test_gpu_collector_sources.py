@@ -331,3 +331,40 @@ def test_amdsmi_library_double_maps_through_amd_smi_shape() -> None:
     row = res.rows[0]
     assert row.gpu_uuid == "a1ff74a1-0000-1000-80d1-b4a8c7f3e7c2"
     assert (row.attr("model"), row.attr("compute_partition")) == ("AMD Instinct MI300X", "CPX")
+
+
+def test_rocm_smi_without_showmetrics_is_asked_again_without_it_and_says_so() -> None:
+    """An older rocm-smi rejects --showmetrics (argparse exit 2, "unrecognized
+    arguments"): the backend repeats the call without the flag, keeps it off for
+    later polls, and the collector logs once that throttle readings are lost."""
+    from collectors.gpu import RocmSmiCliBackend
+    from collectors.gpu.runner import CliError
+
+    calls: list[list[str]] = []
+
+    def old_rocm_smi(argv: list[str], timeout_s: float) -> str:
+        calls.append(argv)
+        if "--showmetrics" in argv:
+            raise CliError("cli_exit", "rocm-smi: exit status 2: rocm-smi: error: "
+                                       "unrecognized arguments: --showmetrics")  # fmt: skip
+        return '{"card0": {"GPU use (%)": "12"}}'
+
+    b = RocmSmiCliBackend("rocm-smi", 1.0, run=old_rocm_smi)
+    assert [r.value for r in b.read().rows] == [0.12]
+    assert b.note is not None and "throttle" in b.note
+    b.read()
+    assert ["--showmetrics" in c for c in calls] == [True, False, False]
+
+
+def test_rocm_smi_other_failures_are_not_retried() -> None:
+    """A non-zero exit for any other reason propagates (counted as a drop by the collector)."""
+    from collectors.gpu import RocmSmiCliBackend
+    from collectors.gpu.runner import CliError
+
+    def broken(argv: list[str], timeout_s: float) -> str:
+        raise CliError("cli_exit", "rocm-smi: exit status 1: no AMD GPU found")
+
+    b = RocmSmiCliBackend("rocm-smi", 1.0, run=broken)
+    with pytest.raises(CliError):
+        b.read()
+    assert "--showmetrics" in b.args
