@@ -242,8 +242,9 @@ class OtlpSink:
             p = self._pending.setdefault(host, _Pending())
             p.iterations.append(t)
             p.iteration_carried.append(np.zeros(t.num_rows, dtype=bool))
-        elif signal == "analytics_result":
-            self._update_analytics(t, host)
+        elif signal == "analytics_result":  # rows name their host; the header the worker
+            for h, sub in op.split_by_row_host(t, host):
+                self._update_analytics(sub, h)
         elif signal == "gauge_sample":
             self._update_gauges(t, host)
 

@@ -20,7 +20,12 @@ import pyarrow.compute as pc
 
 from exporter import schema
 from exporter.bus import Bus
-from exporter.sinks.otlp_proto import SpanPolicy, metrics_request, traces_request
+from exporter.sinks.otlp_proto import (
+    SpanPolicy,
+    metrics_request,
+    split_by_row_host,
+    traces_request,
+)
 
 
 def _empty(signal: str) -> pa.Table:
@@ -42,6 +47,10 @@ class OtlpBusBridge:
     def ingest(self, signal: str, host: str, batch: pa.RecordBatch | pa.Table) -> None:
         if signal in ("kernel_span", "iteration_span", "analytics_result", "gauge_sample"):
             t = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
+            if signal == "analytics_result":  # rows name their host; the header the worker
+                for h, sub in split_by_row_host(t, host):
+                    self._buf[h][signal].append(sub)
+                return
             self._buf[host][signal].append(t)
 
     def _take(self, host: str, signal: str) -> pa.Table | None:

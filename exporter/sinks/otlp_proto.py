@@ -134,6 +134,22 @@ ANALYTICS_COUNTERS: tuple[tuple[str, str, str], ...] = (
 AttrValue = str | int | float | bool
 
 
+def split_by_row_host(t: pa.Table, default: str) -> list[tuple[str, pa.Table]]:
+    """``t`` split by its ``host`` column (ANALYTICS_RESULT rows carry the host
+    the data came from, while the message's ``Aaco-Host`` header names the
+    analytics worker that published them); ``[(default, t)]`` without one.
+
+    >>> t = pa.table({"host": ["a", "b", "a"], "x": [1, 2, 3]})
+    >>> [(h, s.column("x").to_pylist()) for h, s in split_by_row_host(t, "worker")]
+    [('a', [1, 3]), ('b', [2])]
+    """
+    if "host" not in t.column_names or t.num_rows == 0:
+        return [(default, t)]
+    col = t.column("host")
+    hosts = [h if h is not None else default for h in pc.unique(col).to_pylist()]
+    return [(h, t.filter(pc.fill_null(pc.equal(col, h), False))) for h in hosts]
+
+
 @dataclass(frozen=True)
 class SpanPolicy:
     """Bounded span volume: which kernel rows become spans.

@@ -305,3 +305,24 @@ def test_grpc_mutual_tls_with_ca_and_client_certificate(tmp_path: Path) -> None:
         spans = rx.spans_of(r.traces)
     assert rejected == 0
     assert len(spans) == 6 + 96 + 5
+
+
+def test_analytics_rows_export_under_the_host_they_describe_not_the_worker() -> None:
+    """A standalone analytics worker publishes results of many hosts under its own
+    Aaco-Host header; each OTLP metric resource takes host.name from the rows."""
+    an = pa.Table.from_batches([conform("analytics_result", pa.table({
+        "ts_ns": [1, 1], "host": ["node-a", "node-b"], "model": [data.MAGIKA_MODEL] * 2,
+        "pid": [7, 8], "iterations": [3, 3], "kernel_count": [288, 288], "kar": [0.5, 0.75],
+        "kernel_spans_total": [288, 288], "iterations_total": [3, 3]}))])  # fmt: skip
+    with rx.GrpcReceiver() as r:
+        sink = OtlpSink(OtlpConfig(endpoint=r.endpoint, insecure=True, export_interval_s=3600))
+        try:
+            sink.ingest("analytics_result", an.to_batches()[0], "analytics-worker")
+            sink.flush()
+            assert r.wait_for(lambda: "aaco.kar" in rx.metric_points(r.metrics))
+        finally:
+            sink.close()
+        kar = {rx.attrs(rm.resource.attributes)["host.name"]: m.gauge.data_points[0].as_double
+               for req in r.metrics for rm in req.resource_metrics
+               for sm in rm.scope_metrics for m in sm.metrics if m.name == "aaco.kar"}  # fmt: skip
+    assert kar == {"node-a": 0.5, "node-b": 0.75}
