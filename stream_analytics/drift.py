@@ -565,7 +565,7 @@ class DriftMonitor:
         """Feed one ANALYTICS_RESULT row (dict): latency, KAR, LTS, SII, families.
 
         Streams belong to the row's ``host``; the key is its ``model``
-        (``"unknown"`` if null). Per-family mean
+        (``""`` if null, as the Prometheus sink labels it). Per-family mean
         kernel duration is derived from the deltas of the cumulative
         ``family_time_ns_total`` / ``family_spans_total`` lists.
 
@@ -590,7 +590,7 @@ class DriftMonitor:
         """
         ts = int(row.get("ts_ns") or 0)
         host = str(row.get("host") or "")
-        model = str(row.get("model") or "unknown")
+        model = str(row.get("model") or "")
         out: list[DriftEvent] = []
         lat = self._latency_sample(host, model, row)
         if lat is not None:
