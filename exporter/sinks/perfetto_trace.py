@@ -57,6 +57,10 @@ from exporter.sinks.otlp_proto import match_iterations
 
 SEQ_ID = 1
 LAUNCH_RE = re.compile(r"Launch")
+SERIES_ATTRS = ("sensor", "clock", "hw.gpu.task", "reason", "type", "bitmap")
+"""GAUGE_SAMPLE attributes that split one metric into series (``collectors/gpu``);
+the first present names a counter track's series."""
+
 ANALYTICS_COUNTERS: tuple[tuple[str, str], ...] = (
     ("sii", "aaco.sii"),
     ("kar", "aaco.kar"),
@@ -385,9 +389,18 @@ def write_trace(
         gi = g.column("gpu_index").to_pylist()
         ts = g.column("ts_ns").to_pylist()
         val = g.column("value").to_pylist()
+        # one track per series: the attribute that splits a metric (sensor, clock,
+        # hw.gpu.task, reason, type, bitmap) is part of the track's key and name
+        sub: list[str | None] = [None] * g.num_rows
+        if "attributes" in g.column_names:
+            for key in SERIES_ATTRS:
+                got = pc.map_lookup(g.column("attributes"), pa.scalar(key), "first").to_pylist()
+                sub = [a if a is not None else v for a, v in zip(sub, got, strict=True)]
         for r in range(g.num_rows):
             name = f"{metric[r]} gpu{gi[r]}" if gi[r] is not None else str(metric[r])
-            track = b.named_track(("gauge", metric[r], gi[r]), name, unit=str(unit[r]))
+            if sub[r] is not None:
+                name += f" {sub[r]}"
+            track = b.named_track(("gauge", metric[r], gi[r], sub[r]), name, unit=str(unit[r]))
             b.counter(track, [ts[r]], [float(val[r])])
     if analytics is not None and analytics.num_rows:
         a = analytics.sort_by([("ts_ns", "ascending")])

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
 
-from exporter.schema import ITERATION_SPAN, conform
+from exporter.schema import ITERATION_SPAN, KERNEL_SPAN, conform
 from exporter.sinks.perfetto_trace import write_trace
 from tests.support import load_path as _load
 
@@ -216,3 +216,25 @@ def test_launch_api_columns_make_synthetic_launch_slices_with_flows(tmp_path: Pa
         k = by_flow[s["flow_out"][0]]
         assert k["corr"] == s["corr"]
         assert k["ts"] - s["end"] == 2_000 and s["end"] - s["ts"] == 5_000
+
+
+def test_gpu_gauges_get_one_counter_track_per_sensor_and_clock_domain(tmp_path: Path) -> None:
+    """Real MI250 rocm-smi rows: four clocks and seven temperatures of one GPU land
+    on their own counter tracks (one value each), not interleaved on one track."""
+    from collectors.gpu.rocm_smi import parse_rocm_smi
+    from collectors.gpu.rows import to_table
+
+    fx = (HERE.parents[2] / "collectors" / "gpu" / "testdata" / "smi" / "wandb"
+          / "mi250_rocm_smi_all_rocm6.json")  # real recording, see PROVENANCE.md there
+    ga = pa.Table.from_batches([to_table(parse_rocm_smi(fx.read_text()).rows, ts_ns=5,
+                                         source="rocm-smi")])  # fmt: skip
+    stats = write_trace(tmp_path / "g.pftrace", KERNEL_SPAN.empty_table(),
+                        ITERATION_SPAN.empty_table(), gauges=ga)  # fmt: skip
+    p = parse(stats.path)
+    names = {t.name: u for u, t in p.tracks.items() if t.HasField("counter")}
+    clocks = {n for n in names if n.startswith("hw.gpu.clock gpu0 ")}
+    temps = {n for n in names if n.startswith("hw.gpu.temperature gpu0 ")}
+    assert clocks == {f"hw.gpu.clock gpu0 {c}" for c in ("fclk", "mclk", "sclk", "socclk")}
+    assert len(temps) == 7 and "hw.gpu.temperature gpu0 hbm_3" in temps
+    assert all(len(p.counters[names[n]]) == 1 for n in clocks | temps)
+    assert p.counters[names["hw.gpu.clock gpu0 sclk"]] == [(5, 800e6)]
