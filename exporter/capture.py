@@ -23,7 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from collectors.base import CollectorContext, available, create
 from exporter import schema
 from exporter.bus import BusConfig
-from exporter.session import Session
+from exporter.session import Session, gpu_collector
 from exporter.sinks.bundle import derived_metrics, env_info, finish, inference_summary, write_json
 
 
@@ -42,12 +42,6 @@ class CaptureOptions:
     sched_interval_s: float = 0.2
     progress: bool = True
     argv: list[str] = field(default_factory=list)
-
-
-
-
-
-
 
 
 async def capture(opts: CaptureOptions, bus_cfg: BusConfig) -> tuple[Path, dict[str, Any]]:
@@ -75,6 +69,7 @@ async def capture(opts: CaptureOptions, bus_cfg: BusConfig) -> tuple[Path, dict[
     ort_c.runner.keep_profiles = True  # type: ignore[attr-defined]
     sched = create("sched" if "sched" in available() else "proc",
                    CollectorContext(host, pids, {"interval_s": opts.sched_interval_s}))
+    gpu = gpu_collector(host, pids)
     pipe = s.pipe
     pipe.add(ort_c)
     pipe.add(sched)
@@ -83,6 +78,9 @@ async def capture(opts: CaptureOptions, bus_cfg: BusConfig) -> tuple[Path, dict[
         stop = asyncio.Event()
         bg = [asyncio.create_task(pipe.run_collector(sched, stop)),
               asyncio.create_task(s.consumer.run(stop))]
+        if gpu is not None:  # GPU gauges into telemetry/gauges.parquet
+            pipe.add(gpu)
+            bg.append(asyncio.create_task(pipe.run_collector(gpu, stop)))
         with Progress("[progress.description]{task.description}", BarColumn(),
                       MofNCompleteColumn(), TimeElapsedColumn(), disable=not opts.progress,
                       transient=True) as bar:

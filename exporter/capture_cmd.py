@@ -23,7 +23,7 @@ from collectors.rocprof.replay import load_paths
 from collectors.rocprof.runner import find_outputs, rocprofv3_available, rocprofv3_command
 from exporter import schema
 from exporter.bus import BusConfig
-from exporter.session import Session
+from exporter.session import Session, gpu_collector
 
 
 def descendants(pid: int, proc: Path = Path("/proc")) -> set[int]:
@@ -57,6 +57,12 @@ async def capture_command(cmd: Sequence[str], out_parent: Path, bus_cfg: BusConf
     sched = create("sched" if "sched" in available() else "proc",
                    CollectorContext(s.host, pids, {"interval_s": sched_interval_s}))
     s.pipe.add(sched)
+    gpu = gpu_collector(s.host, pids)
+    stop = asyncio.Event()
+    gpu_task = None
+    if gpu is not None:  # GPU gauges into telemetry/gauges.parquet, polled on their own
+        s.pipe.add(gpu)
+        gpu_task = asyncio.create_task(s.pipe.run_collector(gpu, stop))
     rejects = Rejects()
     try:
         child = await asyncio.create_subprocess_exec(*argv)
@@ -69,10 +75,16 @@ async def capture_command(cmd: Sequence[str], out_parent: Path, bus_cfg: BusConf
             await s.pipe.collect_once(sched)
             await s.consumer.step(timeout=0.01)
         rc = int(child.returncode)
+        stop.set()
+        if gpu_task is not None:
+            await gpu_task  # its last poll is published before the drain
         for emit in load_paths(find_outputs(prof_dir), rejects):
             await s.bus.publish_table(emit.signal, emit.batch, emit.key)
         await s.drain()
     finally:
+        stop.set()
+        if gpu_task is not None and not gpu_task.done():
+            gpu_task.cancel()
         await s.close()
     derived = s.write_trace_bundle(out, {"kind": "command", "command": list(cmd), "argv": argv,
                                          "rocprofv3": use_rocprof, "exit_status": rc}, rejects)

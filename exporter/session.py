@@ -8,6 +8,7 @@ running and of writing their bundle (:meth:`Session.write_trace_bundle`).
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 import uuid
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from collectors.base import Collector, CollectorContext, create
 from collectors.rocprof.rejects import Rejects
 from exporter import schema
 from exporter.bus import Bus, BusConfig
@@ -22,10 +24,23 @@ from exporter.pipeline import Pipeline
 from exporter.sinks.bundle import BundleSink, derived_metrics, env_info, finish, write_json
 from stream_analytics.consumer import AnalyticsConsumer
 
+log = logging.getLogger(__name__)
+
 
 def new_session_id() -> str:
     """``YYYYmmddTHHMMSS-xxxxxx``: sortable, unique enough for one host."""
     return f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
+
+
+def gpu_collector(host: str, pids: set[int], interval_s: float = 1.0) -> Collector | None:
+    """The ``gpu`` collector for a capture session (``source`` auto, polled every
+    ``interval_s`` s), or ``None`` when this host has no GPU source; its reasons
+    go to the log at INFO, so a CPU-only capture prints nothing about it."""
+    c = create("gpu", CollectorContext(host, pids, {"interval_s": interval_s}, log=log.info))
+    if c.source == "none":
+        c.close()
+        return None
+    return c
 
 
 @dataclass

@@ -59,3 +59,25 @@ def test_model_and_command_together_is_a_usage_error(tmp_path: Path) -> None:
     r = subprocess.run([EXE, "capture", "--model", "magika", "--out", str(tmp_path), "--",
                         "true"], capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == 2 and "either --model or -- COMMAND" in r.stderr
+
+
+SMI_DOUBLE = ROOT / "tests/deploy/bin"  # a test double of rocm-smi replaying real recordings
+
+
+@pytest.mark.slow
+def test_gpu_gauges_of_the_host_reach_the_bundle_and_its_verdict(tmp_path: Path) -> None:
+    """With a GPU source on the host (the rocm-smi test double replaying real
+    recorded JSON), the capture polls it: telemetry/gauges.parquet holds its
+    readings and metrics/bottleneck.json weighs them: of the two cards that report
+    throttle_status (the R9700s) one is throttled, so residency 0.5 and the
+    verdict is throttled."""
+    r = _capture(tmp_path, f"{STAND_IN}:{SMI_DOUBLE}:{os.environ['PATH']}")
+    assert r.returncode == 0, r.stderr
+    session = Path(r.stdout.strip().splitlines()[-1])
+    gauges = pq.read_table(session / "telemetry/gauges.parquet")
+    metrics = set(gauges.column("metric").cast("string").to_pylist())
+    assert {"hw.gpu.power", "hw.gpu.clock", "hw.gpu.throttled", "hw.gpu.utilization"} <= metrics
+    assert set(gauges.column("source").cast("string").to_pylist()) == {"rocm-smi"}
+    verdict = json.loads((session / "metrics/bottleneck.json").read_text())
+    evidence = {e["signal"]: e["value"] for e in verdict["evidence"]}
+    assert verdict["class"] == "throttled" and evidence["throttle_residency"] == 0.5
