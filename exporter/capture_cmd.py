@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from collectors.base import CollectorContext, available, create
+from collectors.rocprof.clock import ClockMapper
 from collectors.rocprof.rejects import Rejects
 from collectors.rocprof.replay import load_paths
 from collectors.rocprof.runner import find_outputs, rocprofv3_available, rocprofv3_command
@@ -64,7 +66,9 @@ async def capture_command(cmd: Sequence[str], out_parent: Path, bus_cfg: BusConf
         s.pipe.add(gpu)
         gpu_task = asyncio.create_task(s.pipe.run_collector(gpu, stop))
     rejects = Rejects()
+    clock = ClockMapper()
     try:
+        t0 = time.time_ns()
         child = await asyncio.create_subprocess_exec(*argv)
         pids.add(child.pid)
         await s.pipe.collect_once(sched)  # prime
@@ -75,11 +79,14 @@ async def capture_command(cmd: Sequence[str], out_parent: Path, bus_cfg: BusConf
             await s.pipe.collect_once(sched)
             await s.consumer.step(timeout=0.01)
         rc = int(child.returncode)
+        t1 = time.time_ns()
         stop.set()
         if gpu_task is not None:
             await gpu_task  # its last poll is published before the drain
         for emit in load_paths(find_outputs(prof_dir), rejects):
-            await s.bus.publish_table(emit.signal, emit.batch, emit.key)
+            # rocprof's boot-relative clock -> wall clock, told by the child's run window
+            batch = clock(emit.batch, (t0, t1)) if emit.signal == "kernel_span" else emit.batch
+            await s.bus.publish_table(emit.signal, batch, emit.key)
         await s.drain()
     finally:
         stop.set()
@@ -87,5 +94,7 @@ async def capture_command(cmd: Sequence[str], out_parent: Path, bus_cfg: BusConf
             gpu_task.cancel()
         await s.close()
     derived = s.write_trace_bundle(out, {"kind": "command", "command": list(cmd), "argv": argv,
-                                         "rocprofv3": use_rocprof, "exit_status": rc}, rejects)
+                                         "rocprofv3": use_rocprof, "exit_status": rc,
+                                         "rocprof_clock": clock.clock,
+                                         "rocprof_clock_offset_ns": clock.offset_ns}, rejects)
     return out, derived, rc

@@ -10,14 +10,17 @@ Public API for the daemon / CLI:
 * :func:`collectors.rocprof.runner.rocprofv3_command`,
   :func:`collectors.rocprof.runner.find_outputs` - ``capture -- CMD``
 * :class:`collectors.rocprof.follow.DirFollower` - what this collector wraps
+* :class:`collectors.rocprof.clock.ClockMapper` - tracer clock -> wall clock
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
 from collectors.base import CollectorContext, Emit, register
+from collectors.rocprof.clock import ClockMapper
 from collectors.rocprof.follow import DirFollower
 from collectors.rocprof.rejects import Rejects
 
@@ -39,9 +42,24 @@ class RocprofCollector:
         self.interval_s = float(ctx.options.get("interval_s", 1.0))
         self.rejects = Rejects()
         self.follower = DirFollower(Path(str(ctx.options["dir"])), self.rejects)
+        self.clock = ClockMapper()
 
     def collect(self) -> Iterable[Emit]:
-        return self.follower.poll()
+        """New kernel spans, timestamps moved onto the wall clock (see
+        :mod:`collectors.rocprof.clock`; the window is boot time to now)."""
+        out = []
+        for e in self.follower.poll():
+            if e.signal == "kernel_span":
+                now = time.time_ns()
+                boot = now - time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+                known = self.clock.clock
+                e = Emit(e.signal, self.clock(e.batch, (boot, now)), e.key)
+                if known is None and self.clock.clock is not None:
+                    self.ctx.log(f"rocprof: timestamps on the {self.clock.clock} clock"
+                                 + (f", +{self.clock.offset_ns} ns to wall clock"
+                                    if self.clock.offset_ns else ""))  # fmt: skip
+            out.append(e)
+        return out
 
     def drops(self) -> dict[str, int]:
         """Dropped rows so far, per reason token."""

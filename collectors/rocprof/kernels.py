@@ -1,7 +1,8 @@
 """CSV kernel-dispatch formats -> ``kernel_span`` batches (streaming).
 
 Column mappings (CSV header -> KERNEL_SPAN field); timestamps are ns on the
-tracer's clock (rocprofv3/rocprof: ``CLOCK_BOOTTIME``-like HSA system clock):
+tracer's clock (rocprofv3/rocprof: the boot-relative HSA system clock; live
+sources move them onto the wall clock, :mod:`collectors.rocprof.clock`):
 
 =================  =====================  ================  ====================
 field              rocprofv3 kernel_trace  rocprof v1         rocprof-compute

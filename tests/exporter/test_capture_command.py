@@ -6,8 +6,10 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -27,11 +29,19 @@ def _capture(tmp_path: Path, path: str, code: str = WORK) -> subprocess.Complete
 
 @pytest.mark.slow
 def test_command_runs_under_rocprofv3_and_its_kernels_reach_the_bundle(tmp_path: Path) -> None:
+    """The command runs under rocprofv3; every dispatch reaches the bundle, and
+    the kernels' boot-clock timestamps are moved onto the wall clock (they fall
+    inside the capture's run, as the scheduler samples do)."""
+    t_before = time.time_ns()
     r = _capture(tmp_path, f"{STAND_IN}:{os.environ['PATH']}")
+    t_after = time.time_ns()
     assert r.returncode == 0, r.stderr
     session = Path(r.stdout.strip().splitlines()[-1])
     meta = json.loads((session / "session.json").read_text())
     assert meta["rocprofv3"] is True and meta["exit_status"] == 0
+    assert meta["rocprof_clock"] == "boottime" and meta["rocprof_clock_offset_ns"] > 0
+    starts = pq.read_table(session / "profiler/kernels.parquet").column("start_ns")
+    assert t_before <= pc.min(starts).as_py() <= t_after
     assert meta["argv"][0].endswith("rocprofv3") and "--kernel-trace" in meta["argv"]
     dispatches = sum(1 for line in FIXTURE.read_text().splitlines()
                      if line.startswith('"KERNEL_DISPATCH"'))
