@@ -21,7 +21,7 @@ from typing import Any
 from collectors.base import CollectorContext, available, create
 from collectors.rocprof.clock import ClockMapper
 from collectors.rocprof.rejects import Rejects
-from collectors.rocprof.replay import load_paths
+from collectors.rocprof.replay import hip_api_table, load_paths
 from collectors.rocprof.runner import find_outputs, rocprofv3_available, rocprofv3_command
 from exporter import schema
 from exporter.bus import BusConfig
@@ -83,11 +83,13 @@ async def capture_command(cmd: Sequence[str], out_parent: Path, bus_cfg: BusConf
         stop.set()
         if gpu_task is not None:
             await gpu_task  # its last poll is published before the drain
-        for emit in load_paths(find_outputs(prof_dir), rejects):
+        outputs = find_outputs(prof_dir)
+        for emit in load_paths(outputs, rejects):
             # rocprof's boot-relative clock -> wall clock, told by the child's run window
             batch = clock(emit.batch, (t0, t1)) if emit.signal == "kernel_span" else emit.batch
             await s.bus.publish_table(emit.signal, batch, emit.key)
         await s.drain()
+        hip_api = hip_api_table(outputs, offset_ns=clock.offset_ns)  # load_paths counted bad rows
     finally:
         stop.set()
         if gpu_task is not None and not gpu_task.done():
@@ -96,5 +98,6 @@ async def capture_command(cmd: Sequence[str], out_parent: Path, bus_cfg: BusConf
     derived = s.write_trace_bundle(out, {"kind": "command", "command": list(cmd), "argv": argv,
                                          "rocprofv3": use_rocprof, "exit_status": rc,
                                          "rocprof_clock": clock.clock,
-                                         "rocprof_clock_offset_ns": clock.offset_ns}, rejects)
+                                         "rocprof_clock_offset_ns": clock.offset_ns}, rejects,
+                                 hip_api)
     return out, derived, rc

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from collectors.rocprof.rejects import Rejects
-from collectors.rocprof.replay import load_paths
+from collectors.rocprof.replay import hip_api_table, load_paths
 from exporter.bus import BusConfig
 from exporter.session import Session
 
@@ -42,5 +42,5 @@ async def replay(paths: Sequence[Path], out_parent: Path,
         await s.close()
     out = out_parent / f"{s.id}_replay"
     derived = s.write_trace_bundle(out, {"kind": "replay", "inputs": [str(p) for p in paths]},
-                                   rejects)
+                                   rejects, hip_api_table([Path(p) for p in paths]))
     return out, derived, rejects

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from collectors.base import Collector, CollectorContext, create
 from collectors.rocprof.rejects import Rejects
 from exporter import schema
@@ -95,8 +97,8 @@ class Session:
             last[(r["host"], r["pid"], r["model"])] = r
         return sorted(last.values(), key=lambda r: -int(r["kernel_spans_total"]))
 
-    def write_trace_bundle(self, out: Path, info: dict[str, Any],
-                           rejects: Rejects) -> dict[str, Any]:
+    def write_trace_bundle(self, out: Path, info: dict[str, Any], rejects: Rejects,
+                           hip_api: pa.Table | None = None) -> dict[str, Any]:
         """Bundle of a session without a model (GPU traces): returns derived metrics.
 
         ``derived_metrics.json`` describes the key with the most kernel spans
@@ -110,7 +112,8 @@ class Session:
         derived["keys"] = [derived_metrics(r) | {"pid": r["pid"], "model": r["model"]}
                            for r in keys]
         write_json(out / "metrics/derived_metrics.json", derived)
-        derived["bottleneck"] = finish(out, self.sink, keys[0] if keys else None).get("class")
+        derived["bottleneck"] = finish(out, self.sink, keys[0] if keys else None,
+                                       hip_api).get("class")
         write_json(out / "rejects.json", {"dropped": rejects.counts, "notes": rejects.notes,
                                           "examples": rejects.examples})
         write_json(out / "env.json", env_info())

@@ -9,7 +9,7 @@ union, launch overhead). Definitions (see ``docs/metrics.md``):
   nodes, from ``graph_info``).
 * **LTS** = launch overhead / kernel time, where kernel time is the sum of
   kernel durations and launch overhead is, per kernel, ``launch_api_ns +
-  launch_delay_ns`` when a GPU trace joined them (HTA's kernel-launch
+  max(launch_delay_ns, 0)`` when a GPU trace joined them (HTA's kernel-launch
   statistics), else per iteration the host-side gap time ``iteration
   duration - busy union of its kernels`` (CPU execution providers).
 * **SII** = run-queue wait / wall time of the workload's active threads
@@ -245,8 +245,10 @@ class Analytics:
         delay = _col(t, "launch_delay_ns", None, n)
         launch_known = pc.or_(pc.is_valid(api), pc.is_valid(delay)).to_numpy(zero_copy_only=False)
         zero = np.zeros(n, np.int64)
+        # a kernel that starts before its launch call returns waited 0, not less:
+        # negative delays (async launches, or files of different runs) count as 0
         launch = (pc.fill_null(api, 0).to_numpy() if api.null_count < n else zero) + (
-            pc.fill_null(delay, 0).to_numpy() if delay.null_count < n else zero)
+            np.maximum(pc.fill_null(delay, 0).to_numpy(), 0) if delay.null_count < n else zero)
         bucket = np.where(itn < 0, -1 - start // self.bucket_ns, itn)
         self._family_totals(host, t, models, mcode, pid, dur)
         if not _in_order(mcode, pid, bucket, start):

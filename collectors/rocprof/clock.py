@@ -18,8 +18,9 @@ import time
 import pyarrow as pa
 import pyarrow.compute as pc
 
-TIME_COLUMNS = ("start_ns", "end_ns", "launch_api_ns")
-"""KERNEL_SPAN columns that are points in time (``launch_delay_ns`` is a duration)."""
+TIME_COLUMNS = ("start_ns", "end_ns")
+"""KERNEL_SPAN columns that are points in time (``launch_api_ns`` and
+``launch_delay_ns`` are durations)."""
 
 
 def offsets_now() -> dict[str, int]:

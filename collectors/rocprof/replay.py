@@ -22,6 +22,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from collectors.base import Emit
 from collectors.rocprof.csvstream import DEFAULT_BLOCK
@@ -87,11 +88,54 @@ def dir_launches(kernel_file: Path, rejects: Rejects, formats: dict[Path, str]) 
     with the same run prefix (:func:`run_prefix`)."""
     index = LaunchIndex()
     want = run_prefix(kernel_file)
-    for f, fmt in sorted(formats.items()):
-        if (f.parent == kernel_file.parent and fmt == "rocprofv3_api_trace"
-                and "hip" in f.name and run_prefix(f) == want):
+    for f in _hip_api_siblings(kernel_file, formats):
+        if run_prefix(f) == want:
             index.add(launch_calls(read_api_trace(f, rejects), rejects, str(f)))
     return index
+
+
+def _hip_api_siblings(kernel_file: Path, formats: dict[Path, str]) -> list[Path]:
+    """HIP API trace CSVs in ``kernel_file``'s directory, whether or not they were
+    among the paths given (``capture -- CMD`` passes the kernel files only)."""
+    out = []
+    for f in sorted(kernel_file.parent.glob("*.csv")):
+        if "hip" not in f.name:
+            continue
+        fmt = formats.get(f)
+        if fmt is None:
+            try:
+                fmt = detect(f)
+            except (UnknownFormat, OSError):
+                continue
+        if fmt == "rocprofv3_api_trace":
+            out.append(f)
+    return out
+
+
+def hip_api_table(paths: Sequence[Path], rejects: Rejects | None = None,
+                  offset_ns: int = 0) -> pa.Table | None:
+    """Every HIP API call in the rocprofv3 API trace CSVs among ``paths`` (files
+    or directories) as ``start_ns, end_ns, pid, tid, correlation_id, function``
+    for the Perfetto trace, times moved by ``offset_ns`` (the kernels' clock
+    offset, :mod:`collectors.rocprof.clock`); ``None`` when there is none.
+    Bad rows are counted in ``rejects`` (file:line), as for kernels."""
+    rejects = rejects if rejects is not None else Rejects()
+    parts = []
+    files = {s for f in expand(paths) for s in _hip_api_siblings(f, {})}
+    for f in sorted(files):
+        t = read_api_trace(f, rejects, name=str(f))
+        if t.num_rows:
+            parts.append(t)
+    if not parts:
+        return None
+    t = pa.concat_tables(parts, promote_options="permissive")
+    if offset_ns:
+        off = pa.scalar(offset_ns, pa.int64())
+        t = t.set_column(t.schema.get_field_index("start_ns"), "start_ns",
+                         pc.add(t.column("start_ns"), off))
+        t = t.set_column(t.schema.get_field_index("end_ns"), "end_ns",
+                         pc.add(t.column("end_ns"), off))  # fmt: skip
+    return t.select(["start_ns", "end_ns", "pid", "tid", "correlation_id", "function"])
 
 
 def _pid_of(path: Path) -> int | None:

@@ -49,7 +49,8 @@ def find_outputs(out_dir: Path) -> list[Path]:
     """Kernel-carrying files under ``out_dir`` (recursive, sorted).
 
     Files of other or unknown formats are left out (their HIP API trace
-    siblings are found by :func:`collectors.rocprof.replay.load_paths`)."""
+    siblings are found by :func:`collectors.rocprof.replay.load_paths` and
+    :func:`collectors.rocprof.replay.hip_api_table`)."""
     found = []
     for f in sorted(p for p in out_dir.rglob("*") if p.is_file()):
         try:

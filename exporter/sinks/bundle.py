@@ -123,11 +123,14 @@ def write_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
-def finish(out: Path, sink: BundleSink, key_row: dict[str, Any] | None) -> dict[str, Any]:
+def finish(out: Path, sink: BundleSink, key_row: dict[str, Any] | None,
+           hip_api: pa.Table | None = None) -> dict[str, Any]:  # fmt: skip
     """Write the parts every bundle shares; returns the ``bottleneck.json`` dict.
 
     ``key_row`` is the session's final ANALYTICS_RESULT row (the key whose
-    verdict goes into ``metrics/bottleneck.json``).
+    verdict goes into ``metrics/bottleneck.json``); ``hip_api`` the HIP API
+    calls for the trace's API slices and launch flows
+    (:func:`collectors.rocprof.replay.hip_api_table`).
     """
     from exporter.sinks.perfetto_trace import write_trace
     from stream_analytics.kernel_stats import kernel_stats
@@ -136,7 +139,7 @@ def finish(out: Path, sink: BundleSink, key_row: dict[str, Any] | None) -> dict[
     pq.write_table(kernel_stats(kernels), out / "profiler/kernel_stats.parquet")
     write_trace(out / "trace.pftrace", kernels, sink.table("iteration_span"),
                 sched=sink.table("sched_sample"), gauges=sink.table("gauge_sample"),
-                analytics=sink.table("analytics_result"))
+                analytics=sink.table("analytics_result"), hip_api=hip_api)
     verdict: dict[str, Any] = {"class": None, "confidence": None}
     if key_row is not None:
         rows = [r for r in sink.table("bottleneck").to_pylist()

@@ -12,6 +12,7 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
 
 ROOT = Path(__file__).resolve().parents[2]
 STAND_IN = ROOT / "tests/collectors/rocprof/bin"  # a test double of rocprofv3, not the tool
@@ -42,6 +43,14 @@ def test_command_runs_under_rocprofv3_and_its_kernels_reach_the_bundle(tmp_path:
     assert meta["rocprof_clock"] == "boottime" and meta["rocprof_clock_offset_ns"] > 0
     starts = pq.read_table(session / "profiler/kernels.parquet").column("start_ns")
     assert t_before <= pc.min(starts).as_py() <= t_after
+    # the HIP API calls are drawn in the trace, on the same (wall) clock
+    trace = Trace.FromString((session / "trace.pftrace").read_bytes())
+    api = [p.timestamp for p in trace.packet if p.HasField("track_event")
+           and p.track_event.type == TrackEvent.TYPE_SLICE_BEGIN
+           and list(p.track_event.categories) == ["hip_api"]]  # fmt: skip
+    recorded = (ROOT / "collectors/rocprof/testdata/api/hip_runtime_trace.csv").read_text()
+    assert len(api) == len(recorded.strip().splitlines()) - 1
+    assert t_before - 10**9 <= min(api) <= t_after
     assert meta["argv"][0].endswith("rocprofv3") and "--kernel-trace" in meta["argv"]
     dispatches = sum(1 for line in FIXTURE.read_text().splitlines()
                      if line.startswith('"KERNEL_DISPATCH"'))
@@ -91,3 +100,20 @@ def test_gpu_gauges_of_the_host_reach_the_bundle_and_its_verdict(tmp_path: Path)
     verdict = json.loads((session / "metrics/bottleneck.json").read_text())
     evidence = {e["signal"]: e["value"] for e in verdict["evidence"]}
     assert verdict["class"] == "throttled" and evidence["throttle_residency"] == 0.5
+
+
+@pytest.mark.slow
+def test_hip_launches_next_to_the_kernel_trace_are_joined_and_bounded(tmp_path: Path) -> None:
+    """capture -- CMD hands only the kernel files to the loader; the HIP API trace
+    beside them is still found, so hipLaunchKernel (correlation id 5) joins its
+    dispatch. The two recorded files come from different runs, so the join's
+    delay is negative; it counts as no wait, keeping LTS >= 0."""
+    r = _capture(tmp_path, f"{STAND_IN}:{os.environ['PATH']}")
+    assert r.returncode == 0, r.stderr
+    session = Path(r.stdout.strip().splitlines()[-1])
+    k = pq.read_table(session / "profiler/kernels.parquet").to_pylist()
+    joined = [x for x in k if x["launch_api_ns"] is not None]
+    assert [x["correlation_id"] for x in joined] == [5]
+    derived = json.loads((session / "metrics/derived_metrics.json").read_text())
+    assert derived["launch_overhead_ns"] == joined[0]["launch_api_ns"] > 0
+    assert derived["launch_tax"] > 0
