@@ -53,6 +53,10 @@ BPF_HASH(stats, u32, struct tstats, 65536);
 BPF_HASH(hist, struct hkey, u64, 65536);
 BPF_HASH(waiting, u32, struct wait_t, 65536);
 BPF_HASH(oncpu, u32, u64, 65536);          // tid -> on CPU since
+// tid -> when user space started watching it, until its first sched event: a
+// thread already on CPU then (alone on its core, it may not switch out for
+// seconds) has its slice counted from the watch start, not lost
+BPF_HASH(watch_start, u32, u64, 65536);
 BPF_ARRAY(cpu_waiters, struct cpuw, MAX_CPUS);
 BPF_HASH(preempt, struct pkey, u64, 16384);
 
@@ -108,6 +112,7 @@ static __always_inline int on_wakeup(u32 tid, u32 cpu) {
     u32 *tgid = tids.lookup(&tid);
     if (!tgid)
         return 0;
+    watch_start.delete(&tid);  // it was asleep, not on CPU
     // already waiting, or woken while still on CPU: no new wait starts
     if (waiting.lookup(&tid) || oncpu.lookup(&tid))
         return 0;
@@ -135,15 +140,20 @@ TRACEPOINT_PROBE(sched, sched_switch) {
         if (ptgid) {
             struct tstats *s = stats_of(prev, ptgid);
             u64 *since = oncpu.lookup(&prev);
+            u64 *ws = since ? NULL : watch_start.lookup(&prev);
             if (s) {
                 if (since) {
                     __sync_fetch_and_add(&s->run_ns, now - *since);
                     s->last_run_start = *since;
+                } else if (ws) {  // on CPU since before the watch began
+                    __sync_fetch_and_add(&s->run_ns, now - *ws);
+                    s->last_run_start = *ws;
                 }
                 __builtin_memcpy(s->comm, args->prev_comm, AACO_COMM_LEN);
             }
             if (since)
                 oncpu.delete(&prev);
+            watch_start.delete(&prev);
             wait_end(prev);
             if ((args->prev_state & STATE_MASK) == 0) {
                 if (s)
@@ -182,6 +192,7 @@ TRACEPOINT_PROBE(sched, sched_switch) {
             }
         }
         wait_end(next);
+        watch_start.delete(&next);
         oncpu.update(&next, &now);
         return 0;
     }

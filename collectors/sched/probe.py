@@ -275,7 +275,7 @@ class SchedProbe:
     def refresh_threads(self) -> None:
         """Add the threads listed under ``/proc/<pid>/task`` of every watched
         pid to the kernel's ``tids`` map and drop entries of exited threads."""
-        tids = self._bpf[b"tids"]
+        tids, ws = self._bpf[b"tids"], self._bpf[b"watch_start"]
         known = {k.value: v.value for k, v in tids.items()}
         for p in self._tgids:
             try:
@@ -284,6 +284,8 @@ class SchedProbe:
                 continue
             for t in listed:
                 if t not in known:
+                    # CLOCK_MONOTONIC, as bpf_ktime_get_ns: see watch_start in probe.c
+                    ws[ws.Key(t)] = ws.Leaf(time.monotonic_ns())
                     tids[tids.Key(t)] = tids.Leaf(p)
                     known[t] = p
         for t, p in known.items():
@@ -311,6 +313,12 @@ class SchedProbe:
             c = _cstr(k.comm)
             d[c] = d.get(c, 0) + _int(v)
         oncpu = {k.value: v.value for k, v in b[b"oncpu"].items()}
+        # threads with no sched event since the watch began: those in state R
+        # have been on CPU all along (a runnable one would have been switched
+        # in by now), so their slice so far counts from the watch start
+        for k, v in b[b"watch_start"].items():
+            if k.value not in oncpu and _state(k.value) == "R":
+                oncpu[k.value] = v.value
         waiting = {k.value: v.ts for k, v in b[b"waiting"].items()}
         tids = {k.value: v.value for k, v in b[b"tids"].items()}
         now = time.monotonic_ns()
@@ -358,6 +366,10 @@ class SchedProbe:
             with contextlib.suppress(KeyError):
                 del b[b"stats"][b[b"stats"].Key(tid)]
             self._prev_stats.pop(tid, None)
+        wsm = b[b"watch_start"]
+        for k in [k for k in wsm if k.value not in tids]:
+            with contextlib.suppress(KeyError):
+                del wsm[k]
         stale = [k for k in hist_cum if k[0] not in tids]
         hmap = b[b"hist"]
         for tid, slot in stale:
@@ -379,6 +391,19 @@ class SchedProbe:
         bpf, self._bpf = getattr(self, "_bpf", None), None
         if bpf is not None:
             bpf.cleanup()
+
+
+def _state(tid: int) -> str:
+    """Scheduler state letter of thread ``tid`` (``R``, ``S``, ...), ``""`` if gone.
+
+    >>> _state(os.getpid())
+    'R'
+    """
+    try:
+        stat = Path(f"/proc/{tid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat[stat.rfind(")") + 2 : stat.rfind(")") + 3]
 
 
 def _read_comm(pid: int, tid: int) -> str:

@@ -212,3 +212,27 @@ def test_live_pid_set_change_moves_the_watch(hogs):
             c.close()
     assert first == {ps[0].pid} and second == {ps[1].pid}
     assert os.getpid() not in first | second
+
+
+def test_a_thread_already_on_cpu_when_the_watch_starts_is_counted_from_then(hogs):
+    """A hog spinning before it is watched (alone on its core it may not switch
+    out for seconds, so no switch-in is ever seen): its on-CPU time in the first
+    interval is counted from the watch start, close to the whole interval, as
+    /proc agrees; not lost until its first switch-out."""
+    probe = SchedProbe()
+    proc = ProcSampler()
+    try:
+        with hogs(1) as ps:
+            time.sleep(0.7)  # past start-up: spinning
+            pid = ps[0].pid
+            proc.sample({pid})
+            probe.set_tgids({pid})
+            time.sleep(1.0)
+            d = probe.drain()
+            p = proc.sample({pid})
+    finally:
+        probe.close()
+    run = sum(t.run_ns for t in d.threads if t.pid == pid)
+    p_run = sum(r["run_ns"] for r in p.to_pylist() if r["pid"] == pid)
+    assert run >= 0.5 * d.interval_ns, (run, d.interval_ns, p_run)
+    assert abs(run - p_run) <= 0.15 * p_run, (run, p_run)
