@@ -222,6 +222,11 @@ def evaluate_onesided(tune: Path, held: Path, n_ic: int = 200_000,
     ic = (ed.stationary_bootstrap(fl, n_ic, 1, seed=11),
           ed.stationary_bootstrap(fl, n_ic, 10, seed=12))
     out: dict[str, Any] = {"grid": [], "held_out": []}
+    hs, hc, hfl = rec["held"]
+    icf = {"iid": ed.stationary_bootstrap(hfl, n_ic_final, 1, seed=21),
+           "sbb10": ed.stationary_bootstrap(hfl, n_ic_final, 10, seed=22),
+           "sbb10_detrended": ed.stationary_bootstrap(ed.detrend(hfl), n_ic_final, 10,
+                                                      seed=23)}  # fmt: skip
     for kind, grid in ONESIDED_GRID.items():
         best: tuple[Any, ...] | None = None
         for params in grid:
@@ -236,11 +241,6 @@ def evaluate_onesided(tune: Path, held: Path, n_ic: int = 200_000,
             if best is None or score > best[0]:
                 best = (score, params)
         assert best is not None
-        hs, hc, hfl = rec["held"]
-        icf = {"iid": ed.stationary_bootstrap(hfl, n_ic_final, 1, seed=21),
-               "sbb10": ed.stationary_bootstrap(hfl, n_ic_final, 10, seed=22),
-               "sbb10_detrended": ed.stationary_bootstrap(ed.detrend(hfl), n_ic_final, 10,
-                                                          seed=23)}  # fmt: skip
         for params in (best[1], {}):
             r = {"detector": kind, "params": params or "two-sided default",
                  "step": ed.window_step_trials(hs, hc, kind, params),

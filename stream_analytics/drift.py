@@ -42,6 +42,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from stream_analytics import thresholds as T
 
@@ -108,7 +109,80 @@ class _RobustStandardizer:
         self.center, self.scale = s["center"], s["scale"]
 
 
-class EWMAChart:
+class _Standardized:
+    """What every detector here shares: the grace-period baseline, the
+    drift flag (cleared, and the baseline re-learnt, on the next sample), the
+    detection count and their checkpoint. A subclass sets its own statistics
+    in :meth:`_reset_stat`, tests one z-score in :meth:`_hit` and names its
+    hyperparameters and state in ``_own_params`` / ``_own_state`` / ``_load_own``.
+    """
+
+    kind = "base"
+
+    def __init__(self, grace_period: int, clip: float, min_rel_scale: float) -> None:
+        self.grace_period = grace_period
+        self.clip = clip
+        self.min_rel_scale = min_rel_scale
+        self.n_detections = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self._std = _RobustStandardizer(self.grace_period, self.clip, self.min_rel_scale)
+        self._drift = False
+        self._reset_stat()
+
+    def _reset_stat(self) -> None:
+        raise NotImplementedError
+
+    def _hit(self, z: float) -> bool:
+        raise NotImplementedError
+
+    def _own_params(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _own_state(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _load_own(self, s: Mapping[str, Any]) -> None:
+        raise NotImplementedError
+
+    @property
+    def drift_detected(self) -> bool:
+        """True right after the sample on which the detector fired."""
+        return self._drift
+
+    def update(self, x: float) -> None:
+        """Add one sample (any unit; the detectors are scale-free)."""
+        if self._drift:
+            self._reset()
+        z = self._std.push(x)
+        if z is not None and self._hit(z):
+            self._drift = True
+            self.n_detections += 1
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able state, including hyperparameters."""
+        return {
+            "kind": self.kind,
+            "params": {**self._own_params(), "grace_period": self.grace_period,
+                       "clip": self.clip, "min_rel_scale": self.min_rel_scale},
+            "state": {**self._own_state(), "std": self._std.state(), "drift": self._drift,
+                      "n_detections": self.n_detections},
+        }  # fmt: skip
+
+    def _load(self, s: Mapping[str, Any]) -> None:
+        self._std.load(s["std"])
+        self._drift = bool(s["drift"])
+        self.n_detections = int(s["n_detections"])
+        self._load_own(s)
+
+
+def _sided(up: bool, down: bool, mode: str) -> bool:
+    """The side(s) of a chart that count: ``both``, ``up`` or ``down``."""
+    return (up or down) if mode == "both" else (up if mode == "up" else down)
+
+
+class EWMAChart(_Standardized):
     """EWMA control chart on robustly standardised samples.
 
     ``Z_t = (1 - lambda_) Z_{t-1} + lambda_ z_t``; drift when
@@ -141,65 +215,38 @@ class EWMAChart:
             raise ValueError("EWMAChart: need 0<lambda_<=1, L>0, grace_period>=2, valid mode")
         self.lambda_ = lambda_
         self.L = L
-        self.grace_period = grace_period
-        self.clip = clip
         self.mode = mode
-        self.min_rel_scale = min_rel_scale
-        self.n_detections = 0
-        self._reset()
+        super().__init__(grace_period, clip, min_rel_scale)
 
-    def _reset(self) -> None:
-        self._std = _RobustStandardizer(self.grace_period, self.clip, self.min_rel_scale)
+    def _reset_stat(self) -> None:
         self.statistic = 0.0
         self._t = 0
-        self._drift = False
 
-    @property
-    def drift_detected(self) -> bool:
-        """True right after the sample that crossed the control limit."""
-        return self._drift
-
-    def update(self, x: float) -> None:
-        """Add one sample (any unit; the chart is scale-free)."""
-        if self._drift:
-            self._reset()
-        z = self._std.push(x)
-        if z is None:
-            return
+    def _hit(self, z: float) -> bool:
         lam = self.lambda_
         self._t += 1
         self.statistic = (1 - lam) * self.statistic + lam * z
         limit = self.L * math.sqrt(lam / (2 - lam) * (1 - (1 - lam) ** (2 * self._t)))
-        s = self.statistic
-        up, down = s > limit, s < -limit
-        hit = (up or down) if self.mode == "both" else (up if self.mode == "up" else down)
-        if hit:
-            self._drift = True
-            self.n_detections += 1
+        return _sided(self.statistic > limit, self.statistic < -limit, self.mode)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able state, including hyperparameters."""
-        return {
-            "kind": self.kind,
-            "params": {"lambda_": self.lambda_, "L": self.L, "grace_period": self.grace_period,
-                       "clip": self.clip, "mode": self.mode,
-                       "min_rel_scale": self.min_rel_scale},
-            "state": {"std": self._std.state(), "statistic": self.statistic, "t": self._t,
-                      "drift": self._drift, "n_detections": self.n_detections},
-        }  # fmt: skip
+    def _own_params(self) -> dict[str, Any]:
+        return {"lambda_": self.lambda_, "L": self.L, "mode": self.mode}
+
+    def _own_state(self) -> dict[str, Any]:
+        return {"statistic": self.statistic, "t": self._t}
+
+    def _load_own(self, s: Mapping[str, Any]) -> None:
+        self.statistic, self._t = float(s["statistic"]), int(s["t"])
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> EWMAChart:
         """Inverse of :meth:`to_dict`."""
         o = cls(**d["params"])
-        s = d["state"]
-        o._std.load(s["std"])
-        o.statistic, o._t, o._drift = float(s["statistic"]), int(s["t"]), bool(s["drift"])
-        o.n_detections = int(s["n_detections"])
+        o._load(d["state"])
         return o
 
 
-class CUSUM:
+class CUSUM(_Standardized):
     """Tabular two-sided CUSUM on robustly standardised samples.
 
     ``S+ = max(0, S+ + z - k)``, ``S- = max(0, S- - z - k)``; drift when
@@ -231,116 +278,64 @@ class CUSUM:
             raise ValueError("CUSUM: need k>=0, h>0, grace_period>=2, valid mode")
         self.k = k
         self.h = h
-        self.grace_period = grace_period
-        self.clip = clip
         self.mode = mode
-        self.min_rel_scale = min_rel_scale
-        self.n_detections = 0
-        self._reset()
+        super().__init__(grace_period, clip, min_rel_scale)
 
-    def _reset(self) -> None:
-        self._std = _RobustStandardizer(self.grace_period, self.clip, self.min_rel_scale)
+    def _reset_stat(self) -> None:
         self.s_hi = 0.0
         self.s_lo = 0.0
-        self._drift = False
 
-    @property
-    def drift_detected(self) -> bool:
-        """True right after the sample that crossed ``h``."""
-        return self._drift
-
-    def update(self, x: float) -> None:
-        """Add one sample (any unit)."""
-        if self._drift:
-            self._reset()
-        z = self._std.push(x)
-        if z is None:
-            return
+    def _hit(self, z: float) -> bool:
         self.s_hi = max(0.0, self.s_hi + z - self.k)
         self.s_lo = max(0.0, self.s_lo - z - self.k)
-        up, down = self.s_hi > self.h, self.s_lo > self.h
-        hit = (up or down) if self.mode == "both" else (up if self.mode == "up" else down)
-        if hit:
-            self._drift = True
-            self.n_detections += 1
+        return _sided(self.s_hi > self.h, self.s_lo > self.h, self.mode)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able state, including hyperparameters."""
-        return {
-            "kind": self.kind,
-            "params": {"k": self.k, "h": self.h, "grace_period": self.grace_period,
-                       "clip": self.clip, "mode": self.mode,
-                       "min_rel_scale": self.min_rel_scale},
-            "state": {"std": self._std.state(), "s_hi": self.s_hi, "s_lo": self.s_lo,
-                      "drift": self._drift, "n_detections": self.n_detections},
-        }  # fmt: skip
+    def _own_params(self) -> dict[str, Any]:
+        return {"k": self.k, "h": self.h, "mode": self.mode}
+
+    def _own_state(self) -> dict[str, Any]:
+        return {"s_hi": self.s_hi, "s_lo": self.s_lo}
+
+    def _load_own(self, s: Mapping[str, Any]) -> None:
+        self.s_hi, self.s_lo = float(s["s_hi"]), float(s["s_lo"])
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> CUSUM:
         """Inverse of :meth:`to_dict`."""
         o = cls(**d["params"])
-        s = d["state"]
-        o._std.load(s["std"])
-        o.s_hi, o.s_lo, o._drift = float(s["s_hi"]), float(s["s_lo"]), bool(s["drift"])
-        o.n_detections = int(s["n_detections"])
+        o._load(d["state"])
         return o
 
 
-class _RiverWrapped:
+class _RiverWrapped(_Standardized):
     """A ``river.drift`` detector fed with robust z-scores; pickled state."""
 
     kind = "river"
 
     def __init__(self, grace_period: int, clip: float, min_rel_scale: float,
                  **params: Any) -> None:  # fmt: skip
-        self.grace_period = grace_period
-        self.clip = clip
-        self.min_rel_scale = min_rel_scale
         self.params = dict(params)
-        self.n_detections = 0
-        self._reset()
+        super().__init__(grace_period, clip, min_rel_scale)
 
     def _make(self) -> Any:
         raise NotImplementedError
 
-    def _reset(self) -> None:
-        self._std = _RobustStandardizer(self.grace_period, self.clip, self.min_rel_scale)
+    def _reset_stat(self) -> None:
         self.detector = self._make()
-        self._drift = False
 
-    @property
-    def drift_detected(self) -> bool:
-        """True right after the sample on which the river detector fired."""
-        return self._drift
-
-    def update(self, x: float) -> None:
-        """Add one sample (any unit)."""
-        if self._drift:
-            self._reset()
-        z = self._std.push(x)
-        if z is None:
-            return
+    def _hit(self, z: float) -> bool:
         self.detector.update(z)
-        if self.detector.drift_detected:
-            self._drift = True
-            self.n_detections += 1
+        return bool(self.detector.drift_detected)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able state; the river object travels as base64 pickle."""
-        blob = base64.b64encode(pickle.dumps(self.detector)).decode("ascii")
-        return {
-            "kind": self.kind,
-            "params": {"grace_period": self.grace_period, "clip": self.clip,
-                       "min_rel_scale": self.min_rel_scale, **self.params},
-            "state": {"std": self._std.state(), "river": blob, "drift": self._drift,
-                      "n_detections": self.n_detections},
-        }  # fmt: skip
+    def _own_params(self) -> dict[str, Any]:
+        return dict(self.params)
 
-    def _load(self, s: Mapping[str, Any]) -> None:
-        self._std.load(s["std"])
+    def _own_state(self) -> dict[str, Any]:
+        # the river object travels as base64 pickle
+        return {"river": base64.b64encode(pickle.dumps(self.detector)).decode("ascii")}
+
+    def _load_own(self, s: Mapping[str, Any]) -> None:
         self.detector = pickle.loads(base64.b64decode(s["river"]))
-        self._drift = bool(s["drift"])
-        self.n_detections = int(s["n_detections"])
 
 
 class PageHinkley(_RiverWrapped):
@@ -652,8 +647,6 @@ class DriftMonitor:
         >>> sorted({(r["host"], r["stream"], r["key"]) for r in m.status()})
         [('node1', 'gpu_clock', '0/sclk'), ('node1', 'gpu_power', '0/average')]
         """
-        import pyarrow.compute as pc
-
         t = table if isinstance(table, pa.Table) else pa.Table.from_batches([table])
         t = t.filter(pc.is_in(t.column("metric").cast(pa.string()),
                               pa.array(list(GAUGE_STREAMS))))  # fmt: skip

@@ -68,21 +68,18 @@ def shift(batch: pa.RecordBatch, offset_ns: int) -> pa.RecordBatch:
 class ClockMapper:
     """Identifies the clock from the first non-empty batch, then shifts every batch.
 
-    ``window()`` returns the wall-clock window the first kernel must lie in
-    (asked once, when that batch arrives). ``clock`` is ``None`` until then,
-    and ``"unknown"`` (batches kept as recorded) when no candidate fits.
+    Each call passes the wall-clock window the first kernel must lie in (used
+    once, when that batch arrives). ``clock`` is ``None`` until then, and
+    ``"unknown"`` (batches kept as recorded) when no candidate fits.
     """
 
-    def __init__(self, window: tuple[int, int] | None = None) -> None:
-        self._window = window
+    def __init__(self) -> None:
         self.clock: str | None = None
         self.offset_ns = 0
 
-    def __call__(self, batch: pa.RecordBatch, window: tuple[int, int] | None = None
-                 ) -> pa.RecordBatch:  # fmt: skip
+    def __call__(self, batch: pa.RecordBatch, window: tuple[int, int]) -> pa.RecordBatch:
         if self.clock is None and batch.num_rows:
-            w = window or self._window
             first = pc.min(batch.column("start_ns")).as_py()
-            got = detect(int(first), w) if w is not None and first is not None else None
+            got = detect(int(first), window) if first is not None else None
             self.clock, self.offset_ns = got if got is not None else ("unknown", 0)
         return shift(batch, self.offset_ns)

@@ -88,17 +88,18 @@ def dir_launches(kernel_file: Path, rejects: Rejects, formats: dict[Path, str]) 
     with the same run prefix (:func:`run_prefix`)."""
     index = LaunchIndex()
     want = run_prefix(kernel_file)
-    for f in _hip_api_siblings(kernel_file, formats):
+    for f in _hip_api_files(kernel_file.parent, formats):
         if run_prefix(f) == want:
             index.add(launch_calls(read_api_trace(f, rejects), rejects, str(f)))
     return index
 
 
-def _hip_api_siblings(kernel_file: Path, formats: dict[Path, str]) -> list[Path]:
-    """HIP API trace CSVs in ``kernel_file``'s directory, whether or not they were
-    among the paths given (``capture -- CMD`` passes the kernel files only)."""
+def _hip_api_files(directory: Path, formats: dict[Path, str]) -> list[Path]:
+    """HIP API trace CSVs in ``directory``, whether or not they were among the
+    paths given (``capture -- CMD`` passes the kernel files only); ``formats``
+    holds formats already detected."""
     out = []
-    for f in sorted(kernel_file.parent.glob("*.csv")):
+    for f in sorted(directory.glob("*.csv")):
         if "hip" not in f.name:
             continue
         fmt = formats.get(f)
@@ -121,8 +122,8 @@ def hip_api_table(paths: Sequence[Path], rejects: Rejects | None = None,
     Bad rows are counted in ``rejects`` (file:line), as for kernels."""
     rejects = rejects if rejects is not None else Rejects()
     parts = []
-    files = {s for f in expand(paths) for s in _hip_api_siblings(f, {})}
-    for f in sorted(files):
+    dirs = sorted({f.parent for f in expand(paths)})
+    for f in (a for d in dirs for a in _hip_api_files(d, {})):
         t = read_api_trace(f, rejects, name=str(f))
         if t.num_rows:
             parts.append(t)

@@ -8,18 +8,9 @@ import pytest
 
 from collectors.gpu import rows as R
 from collectors.gpu.amd_smi import load_gpu_list, parse_metric, parse_static
+from tests.collectors.gpu.readings import readings
 
 TD = Path(__file__).parents[3] / "collectors" / "gpu" / "testdata"
-_SUB = ("hw.gpu.task", "sensor", "clock", "type", "reason")
-
-
-def readings(res: R.ParseResult) -> dict[tuple[int | None, str, str], float]:
-    out = {}
-    for r in res.rows:
-        sub = next((v for k in _SUB if (v := r.attr(k)) is not None), "")
-        assert (r.gpu_index, r.metric, sub) not in out
-        out[(r.gpu_index, r.metric, sub)] = r.value
-    return out
 
 
 def test_static_mi210_fixture_identity_power_cap_and_vram() -> None:

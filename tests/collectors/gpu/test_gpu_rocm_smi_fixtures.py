@@ -14,24 +14,9 @@ import pytest
 
 from collectors.gpu import rows as R
 from collectors.gpu.rocm_smi import parse_rocm_smi
+from tests.collectors.gpu.readings import Key, readings
 
 SMI = Path(__file__).parents[3] / "collectors" / "gpu" / "testdata" / "smi"
-_SUB = ("hw.gpu.task", "sensor", "clock", "type", "reason")
-
-Key = tuple[int | None, str, str]
-
-
-def readings(res: R.ParseResult, gpu: int | None = None) -> dict[Key, float]:
-    """{(gpu_index, metric, distinguishing attribute): value} of the rows."""
-    out: dict[Key, float] = {}
-    for r in res.rows:
-        if gpu is not None and r.gpu_index != gpu:
-            continue
-        sub = next((v for k in _SUB if (v := r.attr(k)) is not None), "")
-        key = (r.gpu_index, r.metric, sub)
-        assert key not in out, f"duplicate reading {key}"
-        out[key] = r.value
-    return out
 
 
 def parse(rel: str) -> R.ParseResult:

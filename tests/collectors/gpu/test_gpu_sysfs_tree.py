@@ -8,18 +8,9 @@ import pytest
 
 from collectors.gpu import rows as R
 from collectors.gpu.sysfs import amd_cards, read_sysfs
+from tests.collectors.gpu.readings import readings
 
 ROOT = Path(__file__).parents[3] / "collectors" / "gpu" / "testdata" / "sysfs_synthetic"
-_SUB = ("hw.gpu.task", "sensor", "clock", "type", "reason")
-
-
-def readings(res: R.ParseResult) -> dict[tuple[int | None, str, str], float]:
-    out = {}
-    for r in res.rows:
-        sub = next((v for k in _SUB if (v := r.attr(k)) is not None), "")
-        assert (r.gpu_index, r.metric, sub) not in out
-        out[(r.gpu_index, r.metric, sub)] = r.value
-    return out
 
 
 def test_only_amd_cards_are_listed_connectors_and_other_vendors_skipped() -> None:
