@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -292,6 +293,34 @@ def _kernels_from_profile(path: Path, model: str, skip_runs: int, pid: int) -> p
         for k in cols:
             cols[k].append(row.get(k))
     return pa.Table.from_pydict(cols, schema=KERNEL_SPAN)
+
+
+def concat_recordings(parts: list[Recording]) -> Recording:
+    """One recording made of ``parts`` (runs of one model, in order): latencies
+    and iteration starts appended, kernel iterations renumbered after the
+    previous part's, scheduler rows appended; ``meta`` of the first part.
+    Used to interleave two captures in time (ABAB) so both see the same host.
+    Raises ``ValueError`` for no parts or parts of different models."""
+    if not parts or len({p.model for p in parts}) != 1:
+        raise ValueError("concat_recordings: need parts of one model")
+    kernels, sched, offset = [], [], 0
+    for p in parts:
+        if p.kernels is not None:
+            k = p.kernels
+            i = k.schema.get_field_index("iteration")
+            kernels.append(k.set_column(i, "iteration", pc.add(k.column(i), offset)))
+        if p.sched is not None:
+            sched.append(p.sched)
+        offset += len(p.latencies_ns)
+    return Recording(
+        model=parts[0].model,
+        graph_node_count=parts[0].graph_node_count,
+        latencies_ns=np.concatenate([p.latencies_ns for p in parts]),
+        iter_start_ns=np.concatenate([p.iter_start_ns for p in parts]),
+        kernels=pa.concat_tables(kernels) if kernels else None,
+        sched=pa.concat_tables(sched) if sched else None,
+        meta=dict(parts[0].meta),
+    )
 
 
 # ---------------------------------------------------------------- bundle
