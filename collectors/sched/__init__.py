@@ -103,6 +103,7 @@ class SchedCollector:
         self.source = "ebpf" if self._probe is not None else "proc"
         self.errors = 0
         """``collect()`` calls that failed and returned nothing."""
+        self._unseen = 0
         self._seq = itertools.count()
         self._run = f"sched-{ctx.host}-{uuid.uuid4().hex[:12]}"
         if self._probe is not None:
@@ -115,7 +116,9 @@ class SchedCollector:
         """One interval's SCHED_SAMPLE table from the backend in use."""
         if self._probe is not None:
             self._probe.set_tgids(self._pids())
-            return to_table(self._probe.drain(), faults=self._probe.have_faults)
+            d = self._probe.drain()
+            self._unseen += sum(t.no_slice_start for t in d.threads)
+            return to_table(d, faults=self._probe.have_faults)
         assert self._proc is not None
         return self._proc.sample(self._pids())
 
@@ -132,6 +135,19 @@ class SchedCollector:
         if table.num_rows == 0:
             return []
         return [Emit("sched_sample", table, f"{self._run}:{next(self._seq)}")]
+
+    def drops(self) -> dict[str, int]:
+        """What the eBPF probe lost, by reason (exported as
+        ``aaco_exporter_events_dropped_total{reason="sched_<reason>"}``).
+
+        ``unseen_switch_in``: switch-outs whose switch-in the probe did not
+        see (``ThreadStats.no_slice_start``), so that on-CPU slice and the
+        run-queue wait before it are missing from ``run_ns`` and
+        ``runq_wait_ns``: a thread's first slice when it is learnt at its
+        first switch-out (cgroup watch, thread born between refreshes), and
+        switch-ins that fire no ``sched:sched_switch`` (Firecracker VMs).
+        Empty for the ``/proc`` backend, which loses nothing this way."""
+        return {"unseen_switch_in": self._unseen} if self._probe is not None else {}
 
     def close(self) -> None:
         """Detach the eBPF program if one is attached (idempotent)."""

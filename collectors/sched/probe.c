@@ -19,6 +19,7 @@ struct tstats {
     u64 faults;          // exceptions:page_fault_user raised by the thread
     u64 switch_ins;      // every switch-in (next_pid == tid)
     u64 no_start;        // switch-ins whose wait start was not seen
+    u64 no_slice_start;  // switch-outs whose switch-in was not seen
     u64 last_run_start;  // start of the most recent completed on-CPU slice
     u64 last_wait_start; // start of the most recent completed wait
     u32 tgid;
@@ -148,6 +149,12 @@ TRACEPOINT_PROBE(sched, sched_switch) {
                 } else if (ws) {  // on CPU since before the watch began
                     __sync_fetch_and_add(&s->run_ns, now - *ws);
                     s->last_run_start = *ws;
+                } else {
+                    // the switch-in fired no sched_switch we saw (Firecracker
+                    // VMs: switches from the VM agent's threads are untraced),
+                    // or the thread was learnt at this switch-out: its slice
+                    // and the wait before it are lost, and counted here
+                    __sync_fetch_and_add(&s->no_slice_start, 1);
                 }
                 __builtin_memcpy(s->comm, args->prev_comm, AACO_COMM_LEN);
             }

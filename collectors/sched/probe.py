@@ -56,6 +56,7 @@ _COUNTERS = (
     "faults",
     "switch_ins",
     "no_start",
+    "no_slice_start",
 )
 HIST_BUCKETS = 40
 """Length of ``runq_hist_log2_ns``; bucket 39 holds every wait >= 2^39 ns."""
@@ -134,7 +135,15 @@ class ThreadStats:
 
     ``switch_ins`` counts every switch-in; ``no_start`` those whose wait
     start the probe did not see (thread watched while already runnable), so
-    ``sum(hist) + no_start == switch_ins``.
+    ``sum(hist) + no_start == switch_ins``. ``no_slice_start`` counts
+    switch-outs whose switch-in the probe did not see, so over a window that
+    starts and ends with the thread off CPU ``voluntary + involuntary ==
+    switch_ins + no_slice_start``; such a slice (and the wait before it) is
+    missing from ``run_ns`` / ``runq_wait_ns``. Sources: a thread learnt at
+    its first switch-out (cgroup watch, thread born after the last refresh),
+    and switch-ins for which the kernel fires no ``sched:sched_switch`` at
+    all (seen on Firecracker VMs: about one per CPU-second, after the VM
+    agent's threads run).
     """
 
     pid: int
@@ -148,6 +157,7 @@ class ThreadStats:
     faults: int = 0
     switch_ins: int = 0
     no_start: int = 0
+    no_slice_start: int = 0
     hist: list[int] = field(default_factory=lambda: [0] * HIST_BUCKETS)
 
 
@@ -358,6 +368,7 @@ class SchedProbe:
             t.voluntary, t.involuntary = delta["voluntary"], delta["involuntary"]
             t.migrations, t.faults = delta["migrations"], delta["faults"]
             t.switch_ins, t.no_start = delta["switch_ins"], delta["no_start"]
+            t.no_slice_start = delta["no_slice_start"]
             out.append(t)
             self._prev_stats[tid] = cum
         self._prev_hist = hist_cum

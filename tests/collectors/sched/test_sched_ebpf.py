@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -62,44 +63,72 @@ def test_ebpf_and_proc_sii_agree_within_10_percent_and_rise_under_oversubscripti
     assert set(e.column("source").to_pylist()) == {"ebpf"}
 
 
-def test_histogram_count_equals_switch_ins_counted_in_kernel(hogs, release_hogs):
-    """Every switch-in of a watched thread lands in exactly one log2 bucket:
-    over the life of 3 hogs (watched while blocked on stdin, so every wait
-    start is seen; killed before the last drain), the histogram total equals
-    the kernel's separate switch-in counter, no switch-in lacks its wait
-    start, and hog waits are ms-scale (mostly >= 2^17 ns)."""
+def _kernel_switches(pid: int) -> tuple[int, int]:
+    """(switch-outs, switch-ins) the kernel counted for a single-threaded pid:
+    ``nvcsw + nivcsw`` from ``/proc/<pid>/status`` and ``pcount`` (field 3)
+    from ``/proc/<pid>/schedstat``."""
+    with open(f"/proc/{pid}/status") as f:
+        st = dict(line.split(":", 1) for line in f if ":" in line)
+    outs = int(st["voluntary_ctxt_switches"]) + int(st["nonvoluntary_ctxt_switches"])
+    with open(f"/proc/{pid}/schedstat") as f:
+        ins = int(f.read().split()[2])
+    return outs, ins
+
+
+def test_switch_counts_match_the_kernels_own_counters_and_fill_the_histogram(
+    hogs, release_hogs
+):
+    """Over the run of 3 hogs (watched while blocked on stdin, so every wait
+    start is seen; SIGSTOPped before the last drain so nothing moves after
+    it): switch-outs equal the kernel's nvcsw+nivcsw delta and each one is
+    either a seen switch-in or counted in ``no_slice_start``; every seen
+    switch-in lands in exactly one log2 bucket (histogram total ==
+    switch-ins, none lacks its wait start) and hog waits are ms-scale
+    (mostly >= 2^17 ns).
+
+    ``no_slice_start`` is not zero here: on the Firecracker VMs this project
+    is built on, the switch from the VM agent's threads back to a preempted
+    hog fires no ``sched:sched_switch`` (ftrace shows the same gap, schedstat's
+    pcount counts it), about one per CPU-second; see docs/sched.md."""
     probe = SchedProbe()
     drains = []
     try:
         with hogs(3, gated=True) as ps:
             time.sleep(0.5)  # past interpreter start-up, blocked on stdin
-            probe.set_tgids({p.pid for p in ps})
+            base = {p.pid: _kernel_switches(p.pid) for p in ps}
+            probe.set_tgids(set(base))
             drains.append(probe.drain())
             release_hogs(ps)
             for _ in range(4):
                 time.sleep(0.5)
                 drains.append(probe.drain())
-        drains.append(probe.drain())  # after the hogs were killed and reaped
+            for p in ps:
+                p.send_signal(signal.SIGSTOP)
+            time.sleep(0.3)
+            end = {p.pid: _kernel_switches(p.pid) for p in ps}
+            drains.append(probe.drain())
     finally:
         probe.close()
     total: dict[int, list[int]] = {}
     for d in drains:
         for t in d.threads:
-            acc = total.setdefault(t.tid, [0, 0, 0, 0, 0])
+            acc = total.setdefault(t.tid, [0, 0, 0, 0, 0, 0])
             acc[0] += t.switch_ins
             acc[1] += sum(t.hist)
             acc[2] += t.no_start
             acc[3] += sum(t.hist[17:])
             acc[4] += t.voluntary + t.involuntary
-    busy = {tid: a for tid, a in total.items() if a[0] > 10}
-    assert len(busy) >= 3, total
-    for tid, (ins, hist, no_start, long_waits, outs) in busy.items():
+            acc[5] += t.no_slice_start
+    assert set(total) == set(base), total
+    for tid, (ins, hist, no_start, long_waits, outs, unseen) in total.items():
+        k_outs = end[tid][0] - base[tid][0]
+        k_ins = end[tid][1] - base[tid][1]
+        assert ins > 30 and outs > 30, (tid, ins, outs)
         assert no_start == 0 and hist == ins, (tid, ins, hist, no_start)
         assert long_waits > hist / 2, (tid, long_waits, hist)
-        # each switch-in is followed by a switch-out (a few extra switch-outs
-        # at exit are seen: tolerance 5 or 3 %)
-        assert abs(outs - ins) <= max(5, 0.03 * ins), (tid, outs, ins)
-    assert sum(a[0] for a in busy.values()) > 30
+        assert abs(outs - k_outs) <= 1, (tid, outs, k_outs)
+        assert outs == ins + unseen, (tid, outs, ins, unseen)
+        assert abs(ins + unseen - k_ins) <= 1 and unseen <= 0.1 * outs, (tid, ins, unseen, k_ins)
 
 
 def test_collector_picks_ebpf_as_root_and_emits_schema_rows(hogs):
@@ -236,3 +265,33 @@ def test_a_thread_already_on_cpu_when_the_watch_starts_is_counted_from_then(hogs
     p_run = sum(r["run_ns"] for r in p.to_pylist() if r["pid"] == pid)
     assert run >= 0.5 * d.interval_ns, (run, d.interval_ns, p_run)
     assert abs(run - p_run) <= 0.15 * p_run, (run, p_run)
+
+
+def test_thread_born_after_the_watch_has_its_unseen_first_slice_counted_as_a_drop():
+    """A thread started by a watched process after the last refresh is
+    unknown to the kernel side until its first switch-out, so that first
+    on-CPU slice cannot be timed: it is counted in
+    drops()["unseen_switch_in"] (exported as a dropped-events reason), and
+    the thread is watched from then on (it has a row)."""
+    code = (
+        "import sys,threading,time\nsys.stdin.readline()\n"
+        "def spin():\n t=time.time()\n while time.time()-t<0.05: pass\n time.sleep(30)\n"
+        "threading.Thread(target=spin).start()\ntime.sleep(30)"
+    )
+    p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
+    c = SchedCollector(CollectorContext(pids={p.pid}, options={"source": "ebpf"}))
+    try:
+        time.sleep(0.5)
+        c.collect()  # attached; the process is blocked on stdin
+        assert c.drops() == {"unseen_switch_in": 0}
+        assert p.stdin is not None
+        p.stdin.write(b"go\n")
+        p.stdin.flush()
+        time.sleep(0.3)  # the thread spins 50 ms, then sleeps (a switch-out)
+        rows = [r for e in c.collect() for r in e.batch.to_pylist()]
+    finally:
+        c.close()
+        p.kill()
+        p.wait()
+    assert {r["tid"] for r in rows} - {p.pid}, rows  # the new thread has a row
+    assert c.drops()["unseen_switch_in"] >= 1
