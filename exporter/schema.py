@@ -333,9 +333,13 @@ def empty_batch(signal: str) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist([], schema=SCHEMAS[signal])
 
 
-_IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
-"""Arrow IPC body buffers are LZ4-frame compressed (about 19x smaller for kernel
-spans; readers decompress transparently)."""
+_IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4", use_threads=False)
+"""Arrow IPC body buffers are LZ4-frame compressed (9x smaller for rocprof kernel spans, 19x for ORT
+ones; readers decompress transparently). One thread: Arrow's per-buffer
+thread pool costs more CPU than it saves on batches this size (LZ4 encode
+0.074 vs 0.126 CPU-s per 1M kernel spans, decode 0.070 vs 0.113; see
+benchmarks/README.md)."""
+_IPC_READ = pa.ipc.IpcReadOptions(use_threads=False)
 
 
 def _serialize(batch: pa.RecordBatch) -> bytes:
@@ -453,7 +457,7 @@ def decode(
         raise SchemaError("bad_version", f"{signal}: version {version} != {SCHEMA_VERSION}")
     host = sanitize_token(headers.get(H_HOST, "unknown"))
     try:
-        with pa.ipc.open_stream(pa.py_buffer(payload)) as r:
+        with pa.ipc.open_stream(pa.py_buffer(payload), options=_IPC_READ) as r:
             batches = list(r)
     except (pa.ArrowInvalid, OSError) as e:
         raise SchemaError("bad_payload", f"{signal}: payload is not Arrow IPC: {e}") from e
