@@ -176,6 +176,8 @@ class Prom:
 
     def __init__(self, base: str) -> None:
         self.base = base
+        self.at: float | None = None
+        """Unix time every instant query is evaluated at; ``None``: now."""
 
     def api(self, path: str, **params: str) -> dict[str, Any]:
         url = f"{self.base}/api/v1/{path}"
@@ -188,9 +190,11 @@ class Prom:
         doc: dict[str, Any] = json.loads(body)
         return doc
 
-    def query(self, expr: str) -> tuple[list[dict[str, Any]] | None, str]:
-        """Instant query: (result, "") on success, (None, error) on failure."""
-        doc = self.api("query", query=expr)
+    def query(self, expr: str, at: float | None = None) -> tuple[list[dict[str, Any]] | None, str]:
+        """Instant query at ``at`` (default :attr:`at`, else now): (result, "")
+        on success, (None, error) on failure."""
+        t = at if at is not None else self.at
+        doc = self.api("query", query=expr, **({"time": f"{t:.3f}"} if t is not None else {}))
         if doc.get("status") != "success":
             return None, f"{doc.get('errorType')}: {doc.get('error')}"
         data = doc["data"]
@@ -268,6 +272,32 @@ def _wait_for_rule_evaluation(prom: Prom, after: float, timeout: float) -> None:
     _wait("every rule group to be evaluated on the analytics series", evaluated, timeout)
 
 
+def _pin_query_time(prom: Prom, timeout: float) -> float:
+    """A Unix time before which every scrape of the daemon for 35 s had
+    succeeded (``min_over_time(up[35s]) == 1``, so the last run of the 30 s
+    recording group saw live inputs too), for every later query to be
+    evaluated at. A scrape that times out (1 s, while the daemon's inference
+    keeps both cores busy) makes Prometheus mark every series of the target
+    stale, and a query in the following second would come back empty. The
+    time is after the last evaluation of every rule group slower than 2 s
+    (the 30 s recording group), so recorded series exist at it."""
+    pinned: list[float] = []
+
+    def clean() -> bool:
+        t = time.time() - 1.0  # samples up to t have been ingested
+        groups = prom.api("rules")["data"]["groups"]
+        if any(_rfc3339(g["lastEvaluation"]) > t for g in groups if g["interval"] > 2):
+            return False  # a slow rule group's only fresh samples are stamped after t
+        res, _ = prom.query(f'min_over_time(up{{job="{JOB}"}}[35s])', at=t)
+        if res and float(res[0]["value"][1]) == 1.0:
+            pinned.append(t)
+            return True
+        return False
+
+    _wait("35 s of successful scrapes of the daemon", clean, timeout)
+    return pinned[-1]
+
+
 def _rfc3339(stamp: str) -> float:
     # Prometheus writes nanoseconds; datetime takes microseconds.
     stamp = re.sub(r"(\.\d{6})\d+", r"\1", stamp).replace("Z", "+00:00")
@@ -338,6 +368,7 @@ def test_every_panel_variable_and_rule_query_returns_data_from_live_daemon(
         # Rate windows need >= 2 samples of every series: let a few scrapes pass, then
         # wait for every rule group (the recording group runs every 30 s) to evaluate.
         _wait_for_rule_evaluation(prom, after=scraped + 3, timeout=45)
+        prom.at = _pin_query_time(prom, timeout=60)
         assert daemon.poll() is None, daemon_log.read_text()[-3000:]
         assert prom_proc.poll() is None, prom_log.read_text()[-3000:]
 

@@ -44,10 +44,15 @@ def test_ebpf_and_proc_sii_agree_within_10_percent_and_rise_under_oversubscripti
 ):
     """3 CPU-bound processes on a 2-core box: per process, SII from the eBPF
     run-queue waits and SII from /proc schedstat agree within 10 %, and both
-    are clearly above the SII of a single hog (unloaded run)."""
+    are clearly above the SII of a single hog (unloaded run), on which the
+    two agree within 0.05."""
     pids, e, p = _measure(3, hogs)
     upids, ue, up = _measure(1, hogs)
-    unloaded = max(sii_of(ue, upids[0]) or 0.0, sii_of(up, upids[0]) or 0.0)
+    use, usp = sii_of(ue, upids[0]) or 0.0, sii_of(up, upids[0]) or 0.0
+    # unloaded, the two agree too: an open wait whose switch-in fired no
+    # sched_switch (the VM agent's preemptions) is not credited as waiting
+    assert abs(use - usp) <= 0.05, (use, usp, ue.to_pydict(), up.to_pydict())
+    unloaded = max(use, usp)
     for pid in pids:
         se, sp = sii_of(e, pid), sii_of(p, pid)
         assert se is not None and sp is not None, (pid, e.to_pydict(), p.to_pydict())
