@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,16 +30,26 @@ from exporter.session import Session, gpu_collector
 
 
 def descendants(pid: int, proc: Path = Path("/proc")) -> set[int]:
-    """``pid`` and every process below it (``/proc/<pid>/task/*/children``)."""
+    """``pid`` and every process below it (``/proc/<pid>/task/*/children``).
+
+    Never raises: a process or thread that exits while it is being read
+    simply contributes no children (``Path.glob`` raised
+    ``FileNotFoundError`` when a task directory vanished mid-scan, which
+    ended a capture with exit 2)."""
     out, todo = set(), [pid]
     while todo:
         p = todo.pop()
         if p in out:
             continue
         out.add(p)
-        for task in (proc / str(p) / "task").glob("*/children"):
+        tasks = proc / str(p) / "task"
+        try:
+            tids = os.listdir(tasks)
+        except OSError:
+            continue
+        for tid in tids:
             with contextlib.suppress(OSError, ValueError):
-                todo += [int(c) for c in task.read_text().split()]
+                todo += [int(c) for c in (tasks / tid / "children").read_text().split()]
     return out
 
 
