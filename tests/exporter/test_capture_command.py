@@ -14,6 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
 
+from stream_analytics.bottleneck import gauge_features
+
 ROOT = Path(__file__).resolve().parents[2]
 STAND_IN = ROOT / "tests/collectors/rocprof/bin"  # a test double of rocprofv3, not the tool
 FIXTURE = ROOT / "collectors/rocprof/testdata/kernel_trace.csv"
@@ -89,7 +91,8 @@ def test_gpu_gauges_of_the_host_reach_the_bundle_and_its_verdict(tmp_path: Path)
     recorded JSON), the capture polls it: telemetry/gauges.parquet holds its
     readings and metrics/bottleneck.json weighs them: of the two cards that report
     throttle_status (the R9700s) one is throttled, so residency 0.5 and the
-    verdict is throttled."""
+    verdict is throttled (or cpu-bound with the higher score, when the host's
+    CPU was contended meanwhile)."""
     r = _capture(tmp_path, f"{STAND_IN}:{SMI_DOUBLE}:{os.environ['PATH']}")
     assert r.returncode == 0, r.stderr
     session = Path(r.stdout.strip().splitlines()[-1])
@@ -98,8 +101,16 @@ def test_gpu_gauges_of_the_host_reach_the_bundle_and_its_verdict(tmp_path: Path)
     assert {"hw.gpu.power", "hw.gpu.clock", "hw.gpu.throttled", "hw.gpu.utilization"} <= metrics
     assert set(gauges.column("source").cast("string").to_pylist()) == {"rocm-smi"}
     verdict = json.loads((session / "metrics/bottleneck.json").read_text())
-    evidence = {e["signal"]: e["value"] for e in verdict["evidence"]}
-    assert verdict["class"] == "throttled" and evidence["throttle_residency"] == 0.5
+    assert gauge_features(gauges)["throttle_residency"] == 0.5
+    assert verdict["scores"]["throttled"] > 0
+    if verdict["class"] == "cpu-bound":
+        # the host's CPU was contended during the capture (seen once, with
+        # other tests running beside it): both environmental gates hold and
+        # the stronger one wins, as documented in stream_analytics.bottleneck
+        assert verdict["scores"]["cpu-bound"] >= verdict["scores"]["throttled"], verdict
+    else:
+        evidence = {e["signal"]: e["value"] for e in verdict["evidence"]}
+        assert verdict["class"] == "throttled" and evidence["throttle_residency"] == 0.5
 
 
 @pytest.mark.slow
