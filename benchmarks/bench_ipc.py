@@ -42,10 +42,7 @@ def _arrow(compression: str | None, threads: bool) -> tuple[Callable[[pa.RecordB
     ropt = pa.ipc.IpcReadOptions(use_threads=threads)
 
     def enc(rb: pa.RecordBatch) -> bytes:
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, rb.schema, options=wopt) as w:
-            w.write_batch(rb)
-        return bytes(sink.getvalue())
+        return schema._serialize(rb, wopt)
 
     def dec(payload: bytes) -> object:
         with pa.ipc.open_stream(pa.py_buffer(payload), options=ropt) as r:

@@ -342,9 +342,12 @@ benchmarks/README.md)."""
 _IPC_READ = pa.ipc.IpcReadOptions(use_threads=False)
 
 
-def _serialize(batch: pa.RecordBatch) -> bytes:
+def _serialize(batch: pa.RecordBatch,
+               options: pa.ipc.IpcWriteOptions = _IPC_OPTIONS) -> bytes:
+    """One Arrow IPC stream holding ``batch`` (``options``: the bus's own unless
+    a benchmark compares others)."""
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema, options=_IPC_OPTIONS) as w:
+    with pa.ipc.new_stream(sink, batch.schema, options=options) as w:
         w.write_batch(batch)
     return bytes(sink.getvalue())
 

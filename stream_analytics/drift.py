@@ -38,7 +38,7 @@ import math
 import pickle
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 import numpy as np
 import pyarrow as pa
@@ -170,6 +170,13 @@ class _Standardized:
                       "n_detections": self.n_detections},
         }  # fmt: skip
 
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Self:
+        """Inverse of :meth:`to_dict`."""
+        o = cls(**d["params"])
+        o._load(d["state"])
+        return o
+
     def _load(self, s: Mapping[str, Any]) -> None:
         self._std.load(s["std"])
         self._drift = bool(s["drift"])
@@ -238,13 +245,6 @@ class EWMAChart(_Standardized):
     def _load_own(self, s: Mapping[str, Any]) -> None:
         self.statistic, self._t = float(s["statistic"]), int(s["t"])
 
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> EWMAChart:
-        """Inverse of :meth:`to_dict`."""
-        o = cls(**d["params"])
-        o._load(d["state"])
-        return o
-
 
 class CUSUM(_Standardized):
     """Tabular two-sided CUSUM on robustly standardised samples.
@@ -298,13 +298,6 @@ class CUSUM(_Standardized):
 
     def _load_own(self, s: Mapping[str, Any]) -> None:
         self.s_hi, self.s_lo = float(s["s_hi"]), float(s["s_lo"])
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> CUSUM:
-        """Inverse of :meth:`to_dict`."""
-        o = cls(**d["params"])
-        o._load(d["state"])
-        return o
 
 
 class _RiverWrapped(_Standardized):
@@ -374,13 +367,6 @@ class PageHinkley(_RiverWrapped):
 
         return _PH(**self.params)
 
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> PageHinkley:
-        """Inverse of :meth:`to_dict`."""
-        o = cls(**d["params"])
-        o._load(d["state"])
-        return o
-
 
 class ADWIN(_RiverWrapped):
     """``river.drift.ADWIN`` on robust z-scores.
@@ -415,13 +401,6 @@ class ADWIN(_RiverWrapped):
         from river.drift import ADWIN as _ADWIN
 
         return _ADWIN(grace_period=10, **self.params)  # type: ignore[no-untyped-call]
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> ADWIN:
-        """Inverse of :meth:`to_dict`."""
-        o = cls(**d["params"])
-        o._load(d["state"])
-        return o
 
 
 DETECTOR_TYPES: Mapping[str, Callable[..., Any]] = {
