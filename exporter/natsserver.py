@@ -24,6 +24,14 @@ from pathlib import Path
 from types import TracebackType
 
 
+DEFAULT_PORT = 4222
+"""NATS's registered client port: where ``run`` listens when it embeds nats-server."""
+DEFAULT_URL = f"nats://127.0.0.1:{DEFAULT_PORT}"
+"""The node-local bus address: ``aaco-exporter run`` (embedded server) listens
+here, and instrumented processes (``aaco-exporter instrument``) publish here
+unless ``AACO_NATS_URL`` says otherwise."""
+
+
 class NatsServerError(RuntimeError):
     """The embedded nats-server could not be found or started."""
 
