@@ -134,9 +134,29 @@ def run(
     otlp_ca: Annotated[str | None, typer.Option(help="CA file for OTLP TLS")] = None,
     otlp_compression: Annotated[str, typer.Option(help="gzip or none")] = "none",
     otlp_bus: Annotated[bool, typer.Option(help="publish OTLP protobuf on aaco.v1.otlp.*")] = False,
+    watch: Annotated[str | None, typer.Option(
+        help="auto: discover inference processes (GPU device fds, ORT/HIP/torch libraries); "
+             "none: only --pid/--watch-comm/--watch-cgroup. Default: auto, or none with "
+             "--model")] = None,
+    watch_comm: Annotated[str | None, typer.Option(
+        help="also watch processes whose comm matches this regex")] = None,
+    watch_cgroup: Annotated[str | None, typer.Option(
+        help="also watch the processes of this cgroup v2 directory and below")] = None,
+    max_watched: Annotated[int, typer.Option(
+        min=1, help="most processes watched; the rest are counted as dropped")] = 64,
+    watch_interval: Annotated[float, typer.Option(
+        min=0.1, help="seconds between discovery rescans")] = 5.0,
+    nats_listen: Annotated[str, typer.Option(
+        help="HOST:PORT of the embedded nats-server (no --nats); instrumented processes "
+             "publish here (AACO_NATS_URL)")] = "127.0.0.1:4222",
     log_level: Annotated[str, typer.Option()] = "INFO",
 ) -> None:
-    """The always-on daemon: collectors -> NATS -> analytics -> /metrics."""
+    """The always-on daemon: collectors -> NATS -> analytics -> /metrics.
+
+    Without --model it observes the inference processes already running on
+    the node (workload discovery); --model runs the exporter's own copy of a
+    model as a lab load generator.
+    """
     from collectors.ort import InputError, ModelError
     from exporter.daemon import DaemonOptions, run_daemon
     from exporter.webconfig import WebConfigError
@@ -146,10 +166,25 @@ def run(
     host, _, port = metrics_addr.rpartition(":")
     if not port.isdigit():
         _fail(f"--metrics-addr {metrics_addr!r} is not HOST:PORT")
+    nl_host, _, nl_port = nats_listen.rpartition(":")
+    if not nl_port.isdigit():
+        _fail(f"--nats-listen {nats_listen!r} is not HOST:PORT")
+    if watch not in (None, "auto", "none"):
+        _fail(f"--watch {watch!r}: expected auto or none")
+    if watch_comm:
+        import re
+
+        try:
+            re.compile(watch_comm)
+        except re.error as e:
+            _fail(f"--watch-comm {watch_comm!r} is not a regular expression: {e}")
     opts = DaemonOptions(model=model, model_name=model_name, metrics_host=host or "0.0.0.0",
                          metrics_port=int(port), pids=list(pid), collectors=list(collector),
                          window_s=window, duration_s=duration, state_dir=state_dir,
-                         rocprof_dir=rocprof_dir)
+                         rocprof_dir=rocprof_dir, watch=watch, watch_comm=watch_comm,
+                         watch_cgroup=watch_cgroup, max_watched=max_watched,
+                         watch_interval_s=watch_interval,
+                         nats_listen=(nl_host or "127.0.0.1", int(nl_port)))
     cfg = _bus_cfg(nats, nats_creds, nats_user, nats_password, nats_token, nats_tls_ca)
     cfg.tls_cert, cfg.tls_key = nats_tls_cert, nats_tls_key
     opts.web_config, opts.otlp_bus = web_config_file, otlp_bus

@@ -27,6 +27,7 @@ from prometheus_client.core import GaugeMetricFamily
 from collectors.base import Collector, CollectorContext, available, create
 from exporter import schema
 from exporter.bus import BusConfig
+from exporter.natsserver import DEFAULT_PORT
 from exporter.pipeline import Pipeline
 from exporter.sinks.otlp import OtlpConfig
 from exporter.sinks.prometheus import PromState
@@ -55,10 +56,28 @@ class DaemonOptions:
     otlp_bus: bool = False  # also publish OTLP protobuf on aaco.v1.otlp.*
     otlp_interval_s: float = 5.0
     web_config: str | None = None  # exporter-toolkit style TLS / basic auth file
+    watch: str | None = None  # "auto" | "none"; None: auto unless a model is given
+    watch_comm: str | None = None  # regex on /proc/PID/comm
+    watch_cgroup: str | None = None  # cgroup directory (absolute or under /sys/fs/cgroup)
+    max_watched: int = 64
+    watch_interval_s: float = 5.0
+    nats_listen: tuple[str, int] = ("127.0.0.1", DEFAULT_PORT)  # the embedded server
+
+    def watch_mode(self) -> str:
+        """``auto`` or ``none``: auto by default, except as a lab load generator
+        (``--model``), where the exporter runs its own copy of the model."""
+        return self.watch or ("none" if self.model else "auto")
+
+    def discovers(self) -> bool:
+        """Whether the ``discovery`` collector runs (any selector is set)."""
+        return (self.watch_mode() == "auto" or bool(self.watch_comm or self.watch_cgroup)
+                or bool(self.pids))
 
 
 def _build_collectors(opts: DaemonOptions, pids: set[int]) -> list[Collector]:
     names: list[str] = []
+    if opts.discovers():
+        names.append("discovery")
     if opts.model:
         names.append("ort")
     names.append("sched" if "sched" in available() else "proc")
@@ -75,6 +94,13 @@ def _build_collectors(opts: DaemonOptions, pids: set[int]) -> list[Collector]:
             o.setdefault("model_name", opts.model_name)
         if name == "rocprof":
             o.setdefault("dir", opts.rocprof_dir)
+        if name == "discovery":
+            o.setdefault("auto", opts.watch_mode() == "auto")
+            o.setdefault("comm", opts.watch_comm)
+            o.setdefault("cgroup", opts.watch_cgroup)
+            o.setdefault("pids", list(opts.pids))
+            o.setdefault("max_watched", opts.max_watched)
+            o.setdefault("interval_s", opts.watch_interval_s)
         out.append(create(name, CollectorContext(opts.host, pids, o, log.info)))
     return out
 
@@ -86,13 +112,14 @@ async def run_daemon(opts: DaemonOptions, bus_cfg: BusConfig,
     web = load_web_config(Path(opts.web_config) if opts.web_config else None)
     pids: set[int] = set(opts.pids)
     pipe = Pipeline(opts.host, bus_cfg,
-                    state_dir=Path(opts.state_dir) if opts.state_dir else None)
+                    state_dir=Path(opts.state_dir) if opts.state_dir else None,
+                    listen=opts.nats_listen)
     for c in _build_collectors(opts, pids):
         pipe.add(c)
         log.info("collector %s: source %s", c.name, c.source)
     bus = await pipe.open()
     consumer = AnalyticsConsumer(bus, durable=f"aaco-analytics-{schema.sanitize_token(opts.host)}",
-                                 window_s=opts.window_s, checkpoint=True)
+                                 window_s=opts.window_s, checkpoint=True, sched_keys=True)
     await consumer.start()
 
     def self_metrics() -> Any:
@@ -130,7 +157,8 @@ async def run_daemon(opts: DaemonOptions, bus_cfg: BusConfig,
         if bridge is not None:
             bridge.ingest(sig, host, batch)
 
-    sigs = ["analytics_result", "sched_sample", "gauge_sample", "drift_status", "bottleneck"]
+    sigs = ["analytics_result", "sched_sample", "gauge_sample", "drift_status", "bottleneck",
+            "process_info"]
     if otlp_sink is not None or bridge is not None:
         sigs += ["kernel_span", "iteration_span"]
     for sig in sigs:

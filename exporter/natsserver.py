@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-
 DEFAULT_PORT = 4222
 """NATS's registered client port: where ``run`` listens when it embeds nats-server."""
 DEFAULT_URL = f"nats://127.0.0.1:{DEFAULT_PORT}"
@@ -67,6 +66,7 @@ class EmbeddedNats:
         state_dir: str | Path | None = None,
         *,
         port: int | None = None,
+        bind: str = "127.0.0.1",
         start_timeout_s: float = 10.0,
         extra_config: str = "",
     ) -> None:
@@ -76,22 +76,37 @@ class EmbeddedNats:
             state_dir = self._tmp.name
         self.state_dir = Path(state_dir)
         self.port = port or free_port()
+        self.bind = bind
         self.start_timeout_s = start_timeout_s
         self.extra_config = extra_config
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
+    def connect_host(self) -> str:
+        """Where clients on this host reach it (loopback for a wildcard bind)."""
+        return "127.0.0.1" if self.bind in ("0.0.0.0", "::", "") else self.bind
+
+    @property
     def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
+        return f"nats://{self.connect_host}:{self.port}"
 
     def start(self) -> str:
         """Start the server; returns its URL. Idempotent."""
         if self.proc is not None:
             return self.url
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((self.bind, self.port))
+            except OSError as e:
+                raise NatsServerError(
+                    f"cannot listen on {self.bind}:{self.port} ({e.strerror}): another NATS "
+                    "server there? Use it with --nats URL, or choose --nats-listen HOST:PORT"
+                ) from None
         self.state_dir.mkdir(parents=True, exist_ok=True)
         conf = self.state_dir / "nats.conf"
         conf.write_text(
-            f"listen: 127.0.0.1:{self.port}\n"
+            f"listen: {self.bind}:{self.port}\n"
             f'jetstream {{ store_dir: "{self.state_dir / "js"}" }}\n'
             f"{self.extra_config}\n"
         )
@@ -108,7 +123,7 @@ class EmbeddedNats:
             if self.proc.poll() is not None:
                 raise NatsServerError(f"nats-server exited: {self._tail()}")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
+                with socket.create_connection((self.connect_host, self.port), timeout=0.2) as s:
                     if s.recv(4096).startswith(b"INFO"):
                         return self.url
             except OSError:

@@ -52,6 +52,7 @@ class Pipeline:
     drops: Counter[str] = field(default_factory=Counter)
     bus: Bus | None = None
     server: EmbeddedNats | None = None
+    listen: tuple[str, int] | None = None  # embedded server's address; None: a free port
 
     def __post_init__(self) -> None:
         self.collect_seconds = Histogram(
@@ -66,7 +67,8 @@ class Pipeline:
         """Connect (starting the embedded server if no URL) and return the bus."""
         url = self.bus_cfg.url
         if url is None:
-            self.server = EmbeddedNats(self.state_dir)
+            host, port = self.listen or ("127.0.0.1", 0)
+            self.server = EmbeddedNats(self.state_dir, bind=host, port=port or None)
             url = await asyncio.to_thread(self.server.start)
             log.info("embedded nats-server with JetStream at %s", url)
         self.bus = await Bus.open(url, self.bus_cfg, self.host, self.session)

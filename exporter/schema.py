@@ -185,6 +185,7 @@ ANALYTICS_RESULT = pa.schema(
         pa.field("family_time_ns_total", pa.list_(pa.int64())),
         pa.field("micro_kernel_count", pa.int64()),  # kernels < 10 us in the window
         pa.field("involuntary_switches", pa.int64()),  # of the key's threads, in the window
+        pa.field("comm", pa.string()),  # the process's comm (sched samples), when known
     ]
 )
 """One row per (host, pid, model) key each time its window is evaluated."""
@@ -221,6 +222,18 @@ BOTTLENECK = pa.schema(
 )
 """The bottleneck classifier's verdict per (host, pid, model) window."""
 
+PROCESS_INFO = pa.schema(
+    [
+        pa.field("ts_ns", pa.int64(), nullable=False),  # scan time
+        pa.field("pid", pa.int64(), nullable=False),
+        pa.field("comm", pa.string(), nullable=False),  # /proc/PID/comm (<= 15 bytes)
+        pa.field("reason", _DICT_STR, nullable=False),  # kfd, render, lib:<name>, comm, ...
+        pa.field("create_ns", pa.int64(), nullable=False),  # process start, Unix ns
+    ]
+)
+"""Workload discovery's snapshot: one row per watched process; each batch is
+the whole set of its host (an exited process is absent from the next one)."""
+
 SCHEMAS: Mapping[str, pa.Schema] = {
     "kernel_span": KERNEL_SPAN,
     "iteration_span": ITERATION_SPAN,
@@ -230,6 +243,7 @@ SCHEMAS: Mapping[str, pa.Schema] = {
     "analytics_result": ANALYTICS_RESULT,
     "drift_status": DRIFT_STATUS,
     "bottleneck": BOTTLENECK,
+    "process_info": PROCESS_INFO,
 }
 """Signal name -> Arrow schema. The signal name is also the subject token."""
 

@@ -78,6 +78,7 @@ class AnalyticsConsumer:
         flush_interval_s: float = 1.0,
         instance: int = 0,
         instances: int = 1,
+        sched_keys: bool = False,
     ) -> None:
         if not 0 <= instance < instances:
             raise ValueError(f"instance {instance} is not in 0..{instances - 1}")
@@ -88,7 +89,8 @@ class AnalyticsConsumer:
         self._new: list[int] = []
         self._last_flush = 0.0
         self.durable = durable
-        self.engine = Analytics(window_s=window_s)
+        self.sched_keys = sched_keys  # see Analytics: SII for processes without kernels
+        self.engine = Analytics(window_s=window_s, sched_keys=sched_keys)
         self.verdicts = OnlineVerdicts()
         self.last_bottleneck: list[dict[str, Any]] = []
         self.checkpoint = checkpoint
@@ -129,6 +131,7 @@ class AnalyticsConsumer:
                 entry = await self._kv.get(self.durable)
                 state = json.loads(zlib.decompress(entry.value))
                 self.engine = Analytics.from_dict(state["engine"])
+                self.engine.sched_keys = self.sched_keys
                 if "verdicts" in state:
                     self.verdicts = OnlineVerdicts.from_dict(state["verdicts"])
                 self.last_seq = int(state["last_seq"])

@@ -98,6 +98,7 @@ class KeyState:
     family_spans: Counter[str] = field(default_factory=Counter)
     family_ns: Counter[str] = field(default_factory=Counter)
     dirty: bool = False
+    seen_ns: int = 0  # wall time of the last input for this key (forgetting idle keys)
 
 
 def _col(t: pa.Table, name: str, default: Any, n: int) -> pa.Array:
@@ -187,14 +188,29 @@ def _segmented_union(start: np.ndarray[Any, Any], end: np.ndarray[Any, Any],
 
 
 class Analytics:
-    """The online engine; ``window_s=None`` keeps everything (captures)."""
+    """The online engine; ``window_s=None`` keeps everything (captures).
 
-    def __init__(self, window_s: float | None = 30.0, bucket_s: float = 1.0) -> None:
+    ``sched_keys``: a watched process that has scheduler samples but no
+    kernels or iterations (a discovered server) gets its own key ``(host,
+    pid, "")``, so its SII is evaluated too; it gives way to a model key of the
+    same pid when one appears. ``forget_s``: a key with no input for this many
+    seconds (wall clock) is dropped after its last result, so exited
+    processes leave no state behind (default ``2 * window_s``, at least 300 s;
+    a watched process's scheduler samples keep its keys alive while it lives;
+    never with ``window_s=None``).
+    """
+
+    def __init__(self, window_s: float | None = 30.0, bucket_s: float = 1.0, *,
+                 sched_keys: bool = False, forget_s: float | None = None) -> None:
         self.window_s = window_s
         self.bucket_ns = int(bucket_s * 1e9)
+        self.sched_keys = sched_keys
+        self.forget_s = forget_s if forget_s is not None else (
+            max(300.0, 2 * window_s) if window_s is not None else None)
         self.keys: dict[Key, KeyState] = {}
         self.nodes: dict[tuple[str, str], int] = {}  # (host, model) -> node_count
         self.sched: dict[tuple[str, int], deque[tuple[int, int, int, int]]] = {}
+        self.comms: dict[tuple[str, int], str] = {}  # (host, pid) -> process comm
         self.drops: Counter[str] = Counter()
 
     # -- ingest --------------------------------------------------------------
@@ -217,6 +233,11 @@ class Analytics:
         if st is None:
             st = self.keys[key] = KeyState()
             st.node_count = self.nodes.get((key[0], key[2]))
+            if key[2] and self.sched_keys:  # a model key replaces the pid's sched-only key
+                sk = (key[0], key[1], "")
+                if sk in self.keys and not self.keys[sk].window and not self.keys[sk].pending:
+                    del self.keys[sk]
+        st.seen_ns = time.time_ns()
         return st
 
     def _graph(self, host: str, t: pa.Table) -> None:
@@ -345,14 +366,23 @@ class Analytics:
     def _sched(self, host: str, t: pa.Table) -> None:
         pids = pc.unique(t.column("pid")).to_pylist()
         ts = int(pc.max(t.column("ts_ns")).as_py())
+        now = time.time_ns()
         for p in pids:
             sub = t.filter(pc.equal(t.column("pid"), p))
             wait, wall = active_totals(sub)
             invol = int(pc.sum(sub.column("involuntary_switches")).as_py() or 0)
             self.sched.setdefault((host, int(p)), deque()).append((ts, wait, wall, invol))
-            for k, st in self.keys.items():
-                if k[0] == host and k[1] == p:
-                    st.dirty = True
+            if "comm" in sub.column_names and (host, int(p)) not in self.comms:
+                main = sub.filter(pc.equal(sub.column("tid"), p)).column("comm").to_pylist()
+                comm = next((c for c in main if c), None)
+                if comm:
+                    self.comms[(host, int(p))] = comm
+            mine = [st for k, st in self.keys.items() if k[0] == host and k[1] == p]
+            if not mine and self.sched_keys:
+                mine = [self._state((host, int(p), ""))]
+            for st in mine:
+                st.dirty = True
+                st.seen_ns = now
 
     def _evict(self, st: KeyState) -> None:
         if self.window_s is None or not st.window:
@@ -387,7 +417,10 @@ class Analytics:
         kcount = sum(r.kernels for r in recs)
         row["kernel_count"] = kcount
         row["micro_kernel_count"] = sum(r.micro for r in recs)
+        row["comm"] = self.comms.get((host, pid))
         if not recs:
+            if self.window_s is not None:  # a sched-only key: SII over the window
+                self._sii(row, host, pid, time.time_ns() - int(self.window_s * 1e9))
             return row
         w0 = min(r.start_ns for r in recs)
         w1 = max(r.end_ns for r in recs)
@@ -414,15 +447,18 @@ class Analytics:
             row["latency_mean_s"] = float(lat.mean())
             row["latency_p50_s"] = float(np.percentile(lat, 50))
             row["latency_p99_s"] = float(np.percentile(lat, 99))
+        self._sii(row, host, pid, w0 if self.window_s is not None else 0)
+        return row
+
+    def _sii(self, row: dict[str, Any], host: str, pid: int, lo: int) -> None:
+        """Run-queue wait, thread wall time and SII of the samples since ``lo``."""
         samples = self.sched.get((host, pid))
         if samples:
-            lo = w0 if self.window_s is not None else 0
             sel = [(w, t, v) for ts, w, t, v in samples if ts >= lo]
             wait, wall = sum(s[0] for s in sel), sum(s[1] for s in sel)
             row["runq_wait_ns"], row["thread_wall_ns"] = wait, wall
             row["involuntary_switches"] = sum(s[2] for s in sel)
             row["sii"] = wait / wall if wall else None
-        return row
 
     def results(self, now_ns: int | None = None, only_dirty: bool = False) -> pa.Table:
         """ANALYTICS_RESULT rows for every key (or only those changed)."""
@@ -438,7 +474,22 @@ class Analytics:
             row["ts_ns"] = now
             rows.append(row)
         self._trim_sched()
+        self._forget(now)
         return pa.Table.from_pylist(rows, schema=ANALYTICS_RESULT)
+
+    def _forget(self, now: int) -> None:
+        """Drop keys, scheduler samples and comms idle for ``forget_s`` (exited
+        processes); their Prometheus series then go after the sink's grace."""
+        if self.forget_s is None:
+            return
+        horizon = time.time_ns() - int(self.forget_s * 1e9)
+        for k in [k for k, st in self.keys.items() if not st.dirty and st.seen_ns < horizon]:
+            del self.keys[k]
+        live = {(k[0], k[1]) for k in self.keys}
+        for hp in [hp for hp, dq in self.sched.items() if hp not in live
+                   and (not dq or dq[-1][0] < horizon)]:
+            del self.sched[hp]
+            self.comms.pop(hp, None)
 
     def _trim_sched(self) -> None:
         if self.window_s is None:
@@ -456,6 +507,9 @@ class Analytics:
             "bucket_ns": self.bucket_ns,
             "nodes": [[h, m, n] for (h, m), n in self.nodes.items()],
             "sched": [[h, p, list(map(list, dq))] for (h, p), dq in self.sched.items()],
+            "comms": [[h, p, c] for (h, p), c in self.comms.items()],
+            "sched_keys": self.sched_keys,
+            "forget_s": self.forget_s,
             "drops": dict(self.drops),
             "keys": [
                 {
@@ -468,6 +522,7 @@ class Analytics:
                     "iteration_ns_total": st.iteration_ns_total,
                     "family_spans": dict(st.family_spans),
                     "family_ns": dict(st.family_ns),
+                    "seen_ns": st.seen_ns,
                 }
                 for k, st in self.keys.items()
             ],
@@ -475,8 +530,10 @@ class Analytics:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Analytics:
-        eng = cls(window_s=d["window_s"])
+        eng = cls(window_s=d["window_s"], sched_keys=bool(d.get("sched_keys", False)),
+                  forget_s=d.get("forget_s"))
         eng.bucket_ns = int(d["bucket_ns"])
+        eng.comms = {(h, int(p)): str(c) for h, p, c in d.get("comms", [])}
         eng.nodes = {(h, m): int(n) for h, m, n in d["nodes"]}
         eng.sched = {(h, int(p)): deque(tuple(x) for x in v) for h, p, v in d["sched"]}
         eng.drops = Counter(d["drops"])
@@ -490,6 +547,7 @@ class Analytics:
             st.iteration_ns_total = int(ks.get("iteration_ns_total", 0))
             st.family_spans = Counter(ks["family_spans"])
             st.family_ns = Counter(ks["family_ns"])
+            st.seen_ns = int(ks.get("seen_ns", 0)) or time.time_ns()
             h, p, m = ks["key"]
             eng.keys[(str(h), int(p), str(m))] = st
         return eng

@@ -72,6 +72,7 @@ class _Sched:
     hist: list[int] = field(default_factory=list)
     hist_sum_ns: float = 0.0
     seen: float = 0.0
+    comm: str = ""  # the process's comm: its main thread's (tid == pid), else the first seen
 
 
 class PromState:
@@ -95,6 +96,7 @@ class PromState:
                           tuple[float, float, str]] = {}
         self.drift: dict[tuple[str, str, str, str], tuple[float, dict[str, Any]]] = {}
         self.bottleneck: dict[tuple[str, str, str], tuple[float, dict[str, Any]]] = {}
+        self.processes: dict[str, tuple[float, list[dict[str, Any]]]] = {}  # host -> snapshot
         self.drops: Counter[str] = Counter()
 
     # -- ingest ----------------------------------------------------------------
@@ -114,6 +116,8 @@ class PromState:
                 for row in batch.to_pylist():  # one row per (stream, key, detector)
                     self.drift[(row["host"], row["stream"], row["key"], row["detector"])] = (
                         now, row)
+            elif signal == "process_info":  # discovery's whole set for the host
+                self.processes[host] = (now, batch.to_pylist())
             elif signal == "bottleneck":
                 for row in batch.to_pylist():  # one row per analytics key
                     k = (row["host"], row["model"] or "",
@@ -136,6 +140,12 @@ class PromState:
             s.minflt += r["minor_faults_sum"] or 0
             s.majflt += r["major_faults_sum"] or 0
             s.seen = now
+        if "comm" in t.column_names:
+            for pid, tid, comm in zip(*(t.column(c).to_pylist() for c in ("pid", "tid", "comm")),
+                                      strict=True):
+                s = self.sched[(host, str(pid))]
+                if comm and (not s.comm or tid == pid):
+                    s.comm = comm
         hist = t.column("runq_hist_log2_ns")
         if hist.null_count < len(hist):
             for pid, h in zip(t.column("pid").to_pylist(), hist.to_pylist(), strict=True):
@@ -193,6 +203,8 @@ class PromState:
             del self.drift[kd]
         for kb in [k for k, (t, _) in self.bottleneck.items() if now - t > self.stale_s]:
             del self.bottleneck[kb]
+        for kp in [k for k, (t, _) in self.processes.items() if now - t > self.stale_s]:
+            del self.processes[kp]
 
     def _collect_analytics(self) -> Iterator[Metric]:
         lab = ["host", "model", "pid"]
@@ -203,7 +215,7 @@ class PromState:
                                 "LTS: launch overhead / kernel time over the window", labels=lab)
         sii = GaugeMetricFamily("aaco_scheduler_interference_ratio",
                                 "SII: run-queue wait / wall time of the workload's active threads",
-                                labels=lab)
+                                labels=[*lab, "comm"])
         act = GaugeMetricFamily("aaco_gpu_active_ratio",
                                 "Union of kernel busy intervals / window wall time", labels=lab)
         lat = GaugeMetricFamily("aaco_iteration_latency_seconds",
@@ -219,10 +231,11 @@ class PromState:
                                     "Summed kernel duration, by family", labels=[*lab, "family"])
         for (host, pid, model), (_, r) in self.analytics.items():
             lv = [host, model, pid]
-            for fam, col in ((kar, "kar"), (lts, "launch_tax"), (sii, "sii"),
-                             (act, "gpu_active_ratio")):
+            for fam, col in ((kar, "kar"), (lts, "launch_tax"), (act, "gpu_active_ratio")):
                 if r.get(col) is not None:
                     fam.add_metric(lv, float(r[col]))
+            if r.get("sii") is not None:
+                sii.add_metric([*lv, r.get("comm") or ""], float(r["sii"]))
             for stat in ("mean", "p50", "p99"):
                 v = r.get(f"latency_{stat}_s")
                 if v is not None:
@@ -237,7 +250,7 @@ class PromState:
         yield from (kar, lts, sii, act, lat, nodes, its, spans, ktime)
 
     def _collect_sched(self) -> Iterator[Metric]:
-        lab = ["host", "pid"]
+        lab = ["host", "pid", "comm"]
         wait = CounterMetricFamily("aaco_sched_runqueue_wait_seconds",
                                    "Time the watched threads spent runnable but waiting",
                                    labels=lab)
@@ -252,7 +265,7 @@ class PromState:
                                      "Run-queue latency, wakeup to switch-in (eBPF source)",
                                      labels=lab)
         for (host, pid), s in self.sched.items():
-            lv = [host, pid]
+            lv = [host, pid, s.comm]
             wait.add_metric(lv, s.wait_ns / 1e9)
             cpu.add_metric(lv, s.run_ns / 1e9)
             cs.add_metric([*lv, "voluntary"], s.vol)
@@ -268,6 +281,13 @@ class PromState:
                 buckets.append(("+Inf", acc))
                 hist.add_metric(lv, buckets, s.hist_sum_ns / 1e9)
         yield from (wait, cpu, cs, mig, pf, hist)
+        info = GaugeMetricFamily("aaco_watched_process_info",
+                                 "1 per process workload discovery watches (reason: why)",
+                                 labels=["host", "pid", "comm", "reason"])
+        for host, (_, rows) in sorted(self.processes.items()):
+            for r in rows:
+                info.add_metric([host, str(r["pid"]), r["comm"], r["reason"]], 1.0)
+        yield info
 
     def _collect_gauges(self) -> Iterator[Metric]:
         # A family's label names are the union over its series (GPUs differ in
