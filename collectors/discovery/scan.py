@@ -17,7 +17,7 @@ A process is a *candidate* when any selector picks it:
 ``pid``     it was named explicitly
 ==========  =================================================================
 
-The descendants of every candidate (psutil ``children(recursive=True)``) are
+The descendants of every candidate (from the ``ppid`` psutil reports) are
 watched too, with reason ``child``; threads need nothing extra, since the
 scheduler collectors walk ``/proc/PID/task``. The exporter's own process tree
 is never a candidate. Past ``max_watched`` processes, explicit pids come first,
@@ -170,14 +170,15 @@ class Discovery:
         excluded = self._excluded()
         explicit, in_cgroup = set(self.selectors.pids), self._cgroup_pids()
         found: dict[int, Target] = {}
-        procs: dict[int, psutil.Process] = {}
+        infos: dict[int, tuple[int, str, int]] = {}  # pid -> (ppid, comm, create_ns)
         alive: set[tuple[int, int]] = set()
-        for proc in psutil.process_iter(["name", "create_time", "status"]):
+        for proc in psutil.process_iter(["name", "create_time", "status", "ppid"]):
             if (proc.pid in excluded or proc.pid == 0
                     or proc.info["status"] == psutil.STATUS_ZOMBIE):
                 continue
             ident = (proc.pid, int(proc.info["create_time"] * 1e9))
             alive.add(ident)
+            infos[proc.pid] = (proc.info["ppid"] or 0, proc.info["name"] or "", ident[1])
             try:
                 reason = self._classify(proc, explicit, in_cgroup)
             except psutil.NoSuchProcess:
@@ -191,22 +192,19 @@ class Discovery:
                 continue
             if reason is not None:
                 found[proc.pid] = Target(proc.pid, proc.info["name"] or "", reason, ident[1])
-                procs[proc.pid] = proc
-        for proc in list(procs.values()):
-            try:
-                kids = proc.children(recursive=True)
-            except psutil.Error:
-                continue
-            for kid in kids:
-                if kid.pid in found or kid.pid in excluded:
+        # descendants from one ppid map of this scan (psutil's children() would
+        # walk every process again for each parent)
+        kids_of: dict[int, list[int]] = {}
+        for pid, (ppid, _, _) in infos.items():
+            kids_of.setdefault(ppid, []).append(pid)
+        stack = list(found)
+        while stack:
+            for kid in kids_of.get(stack.pop(), ()):
+                if kid in found or kid in excluded:
                     continue
-                try:
-                    if kid.status() == psutil.STATUS_ZOMBIE:
-                        continue
-                    found[kid.pid] = Target(kid.pid, kid.name(), "child",
-                                            int(kid.create_time() * 1e9))
-                except psutil.Error:
-                    continue
+                _, name, create_ns = infos[kid]
+                found[kid] = Target(kid, name, "child", create_ns)
+                stack.append(kid)
         # forget verdicts of processes that are gone (bounded memory)
         self._unreadable &= alive
         self._left_out &= alive
