@@ -115,6 +115,8 @@ def run(
     pid: Annotated[list[int], typer.Option(help="also watch this process")] = [],  # noqa: B006
     collector: Annotated[list[str], typer.Option(help="extra collector plugin")] = [],  # noqa: B006
     rocprof_dir: Annotated[str | None, typer.Option(help="follow a rocprofv3 output dir")] = None,
+    kineto_dir: Annotated[str | None, typer.Option(
+        help="follow a Kineto (PyTorch profiler) trace dir, e.g. VLLM_TORCH_PROFILER_DIR")] = None,
     window: Annotated[float, typer.Option(help="analytics window, seconds")] = 30.0,
     duration: Annotated[float | None, typer.Option(help="stop after N seconds")] = None,
     state_dir: Annotated[str | None, typer.Option(help="embedded NATS state dir")] = None,
@@ -181,9 +183,9 @@ def run(
     opts = DaemonOptions(model=model, model_name=model_name, metrics_host=host or "0.0.0.0",
                          metrics_port=int(port), pids=list(pid), collectors=list(collector),
                          window_s=window, duration_s=duration, state_dir=state_dir,
-                         rocprof_dir=rocprof_dir, watch=watch, watch_comm=watch_comm,
-                         watch_cgroup=watch_cgroup, max_watched=max_watched,
-                         watch_interval_s=watch_interval,
+                         rocprof_dir=rocprof_dir, kineto_dir=kineto_dir, watch=watch,
+                         watch_comm=watch_comm, watch_cgroup=watch_cgroup,
+                         max_watched=max_watched, watch_interval_s=watch_interval,
                          nats_listen=(nl_host or "127.0.0.1", int(nl_port)))
     cfg = _bus_cfg(nats, nats_creds, nats_user, nats_password, nats_token, nats_tls_ca)
     cfg.tls_cert, cfg.tls_key = nats_tls_cert, nats_tls_key

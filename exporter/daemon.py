@@ -5,7 +5,7 @@ Prometheus sink and its ``/metrics`` endpoint, then drives the configured
 collectors until SIGINT/SIGTERM (or ``duration_s``). Collectors: ``ort``
 when a model is given, the scheduler collector for the watched pids
 (``sched`` if that plugin is installed, it picks eBPF or /proc; else
-``proc``), ``gpu`` when installed, ``rocprof`` when a directory is given,
+``proc``), ``gpu`` when installed, ``rocprof`` / ``kineto`` when their directory is given,
 plus any named with ``--collector``.
 """
 
@@ -51,6 +51,7 @@ class DaemonOptions:
     duration_s: float | None = None
     state_dir: str | None = None
     rocprof_dir: str | None = None
+    kineto_dir: str | None = None  # follow a Kineto (PyTorch profiler) trace dir
     host: str = field(default_factory=socket.gethostname)
     otlp: OtlpConfig | None = None  # export spans and metrics to an OTLP backend
     otlp_bus: bool = False  # also publish OTLP protobuf on aaco.v1.otlp.*
@@ -85,6 +86,8 @@ def _build_collectors(opts: DaemonOptions, pids: set[int]) -> list[Collector]:
         names.append("gpu")
     if opts.rocprof_dir:
         names.append("rocprof")
+    if opts.kineto_dir:
+        names.append("kineto")
     names += [n for n in opts.collectors if n not in names]
     out: list[Collector] = []
     for name in names:
@@ -101,6 +104,8 @@ def _build_collectors(opts: DaemonOptions, pids: set[int]) -> list[Collector]:
             o.setdefault("pids", list(opts.pids))
             o.setdefault("max_watched", opts.max_watched)
             o.setdefault("interval_s", opts.watch_interval_s)
+        if name == "kineto":
+            o.setdefault("dir", opts.kineto_dir)
         out.append(create(name, CollectorContext(opts.host, pids, o, log.info)))
     return out
 

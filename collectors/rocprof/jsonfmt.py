@@ -24,20 +24,25 @@ Kineto (PyTorch profiler Chrome trace, ROCm build): events with ``cat ==
 3 decimals, converted exactly to ns (decimal text, no float rounding) and
 offset by ``baseTimeNanoseconds`` when present. ``args.device`` -> agent_id,
 ``args.stream`` -> stream_id, ``args.correlation`` -> correlation_id. Launch
-calls are ``cat`` ``cuda_runtime``/``cuda_driver`` events named in
-``LAUNCH_FUNCTIONS`` (e.g. ``hipLaunchKernel``), joined by ``correlation``;
-a joined kernel also takes the call's host ``pid``/``tid``.
+calls are ``cat`` ``cuda_runtime``/``cuda_driver``/``hip_runtime``/``hip_driver``
+events named in ``LAUNCH_FUNCTIONS`` (e.g. ``hipLaunchKernel``), joined by
+``correlation``; a joined kernel also takes the call's host ``pid``/``tid``.
+``ProfilerStep#N`` ranges become ITERATION_SPAN rows and set the kernels'
+``iteration`` (:func:`kineto_emits` gives the join rule); every row carries
+``model`` (default: the file name up to its first ``.``, :func:`kineto_model`).
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import re
 from collections.abc import Iterator
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from collectors.rocprof.kernels import SOURCE, finish_spans
@@ -48,11 +53,10 @@ from exporter.schema import conform
 
 def _load(path: Path, rejects: Rejects) -> Any:
     try:
-        opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rt", encoding="utf-8") as f:
-            return json.load(f, parse_float=Decimal)
-    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        rejects.add("bad_json", str(path), getattr(e, "lineno", None), str(e)[:200])
+        return load_json(path)
+    except ValueError as e:
+        cause = e.__cause__
+        rejects.add("bad_json", str(path), getattr(cause, "lineno", None), str(cause)[:200])
         return None
 
 
@@ -82,11 +86,13 @@ def _get(d: Any, *keys: str) -> Any:
 
 
 def _emit(cols: dict[str, list[Any]], fmt: str, rejects: Rejects, file: str,
-          launches: LaunchIndex | None) -> Iterator[pa.RecordBatch]:
+          launches: LaunchIndex | None, model: str | None = None) -> Iterator[pa.RecordBatch]:
     if not cols["start_ns"]:
         return
     t = pa.table({k: pa.array(v, pa.string() if k == "kernel_name" else pa.int64())
                   for k, v in cols.items()})
+    if model is not None:
+        t = t.append_column("model", pa.array([model] * t.num_rows, pa.string()))
     t = finish_spans(t, SOURCE[fmt], rejects, file=file)
     if launches is not None and len(launches):
         t = launches.join(t)
@@ -165,29 +171,88 @@ def iter_rocprofv3_json(path: Path, rejects: Rejects) -> Iterator[pa.RecordBatch
 
 
 _K_FIELDS = ("start_ns", "end_ns", "kernel_name", "agent_id", "stream_id",
-             "correlation_id", "pid", "tid")
+             "correlation_id", "pid", "tid", "iteration")
+
+STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+"""Name of a PyTorch profiler step range; group 1 is the step number N."""
+
+STEP_CATS = frozenset({"user_annotation", "cpu_op"})
+"""``cat`` of the CPU-side ``ProfilerStep#N`` range (``cpu_op`` in older PyTorch)."""
+
+GPU_STEP_CAT = "gpu_user_annotation"
+"""``cat`` of the same range projected on the GPU timeline."""
+
+LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver"})
+"""``cat`` of host runtime calls that may launch kernels (ROCm builds write ``cuda_runtime``)."""
 
 
-def iter_kineto_json(path: Path, rejects: Rejects) -> Iterator[pa.RecordBatch]:
-    """KERNEL_SPAN batch of a Kineto/PyTorch-profiler trace (``.json`` or
-    ``.json.gz``); see the module doc for the mapping and the launch join."""
-    doc = _load(path, rejects)
-    if doc is None:
-        return
+def kineto_model(path: Path) -> str:
+    """Default ``model`` label of a Kineto trace: its file name up to the first
+    ``.`` (vLLM writes ``<worker>.<ts>.pt.trace.json[.gz]``), else ``"pytorch"``.
+
+    >>> kineto_model(Path("/t/rank0-worker.1712345.pt.trace.json.gz"))
+    'rank0-worker'
+    >>> kineto_model(Path(".pt.trace.json"))
+    'pytorch'
+    """
+    return path.name.split(".", 1)[0] or "pytorch"
+
+
+def load_json(path: Path) -> Any:
+    """The whole JSON document of ``path`` (gunzipped when it ends in ``.gz``),
+    floats as :class:`~decimal.Decimal`.
+
+    Raises ``ValueError`` naming the file when it cannot be read or parsed
+    (a truncated file fails here)."""
+    try:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt", encoding="utf-8") as f:
+            return json.load(f, parse_float=Decimal)
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not a complete JSON document: {str(e)[:200]}") from e
+
+
+def kineto_emits(doc: Any, path: Path, rejects: Rejects, model: str | None = None,
+                 ) -> list[tuple[str, pa.RecordBatch]]:
+    """``[("kernel_span", batch), ("iteration_span", batch)]`` (each only when
+    it has rows) of one parsed Kineto trace ``doc`` read from ``path``.
+
+    Kernel rows as in the module doc; each also gets ``model`` (``model`` or
+    :func:`kineto_model`) and ``iteration`` = N of the ``ProfilerStep#N`` range
+    it belongs to (null outside every step). Join rule, in order:
+
+    1. the kernel's launch call (same ``args.correlation``) has its ``ts``
+       inside a CPU ``ProfilerStep#N`` range (``cat`` in :data:`STEP_CATS`,
+       ``[ts, ts + dur]``) of the launch call's ``pid`` (any thread: autograd
+       launches from its own thread);
+    2. no launch call found: the kernel's ``ts`` is inside a
+       ``gpu_user_annotation`` ``ProfilerStep#N`` range and exactly one CPU
+       step N exists; the kernel takes that step's ``pid``.
+
+    Iteration rows (ITERATION_SPAN): one per CPU ``ProfilerStep#N`` range,
+    ``start_ns``/``end_ns``/``duration_ns`` from its ``ts``/``dur`` (us ->
+    ns, + ``baseTimeNanoseconds``), ``pid`` its event ``pid``, ``iteration``
+    N, ``kernel_count`` the kept kernel rows joined to it, ``source``
+    ``kineto``. A second range with the same (pid, N) counts
+    ``duplicate_id``; a document without a ``traceEvents`` list counts
+    ``bad_json``."""
     events = doc.get("traceEvents") if isinstance(doc, dict) else None
     if not isinstance(events, list):
         rejects.add("bad_json", str(path), None, "no 'traceEvents' list")
-        return
+        return []
+    model = model or kineto_model(path)
     base = _int(doc.get("baseTimeNanoseconds")) or 0
     calls: dict[int, tuple[int, int, int | None, int | None]] = {}
     kernels = []
+    steps: dict[tuple[int, int], tuple[int, int]] = {}  # (pid, N) -> (start, end) ns
+    gpu_steps: list[tuple[int, int, int]] = []  # (start, end, N) ns
     for e in events:
         if not isinstance(e, dict) or e.get("ph") != "X":
             continue
         cat = e.get("cat")
         if cat == "kernel":
             kernels.append(e)
-        elif cat in ("cuda_runtime", "cuda_driver") and e.get("name") in LAUNCH_FUNCTIONS:
+        elif cat in LAUNCH_CATS and e.get("name") in LAUNCH_FUNCTIONS:
             corr = _int(_get(e, "args", "correlation"))
             ts, dur = _us_to_ns(e.get("ts")), _us_to_ns(e.get("dur"))
             if corr is None or ts is None or dur is None:
@@ -196,7 +261,24 @@ def iter_kineto_json(path: Path, rejects: Rejects) -> Iterator[pa.RecordBatch]:
                 rejects.add("duplicate_id", str(path), None, f"launch correlation {corr} repeated")
                 continue
             calls[corr] = (base + ts, base + ts + dur, _int(e.get("pid")), _int(e.get("tid")))
+        elif cat in STEP_CATS or cat == GPU_STEP_CAT:
+            m = STEP_RE.match(str(e.get("name")))
+            ts, dur = _us_to_ns(e.get("ts")), _us_to_ns(e.get("dur"))
+            if m is None or ts is None or dur is None or dur < 0:
+                continue
+            n, rng = int(m.group(1)), (base + ts, base + ts + dur)
+            if cat == GPU_STEP_CAT:
+                gpu_steps.append((*rng, n))
+                continue
+            pid = _int(e.get("pid"))
+            if pid is None:
+                rejects.add("missing_value", str(path), None, f"{m.group(0)} without a pid")
+            elif (pid, n) in steps:
+                rejects.add("duplicate_id", str(path), None, f"{m.group(0)} repeated in pid {pid}")
+            else:
+                steps[(pid, n)] = rng
     cols: dict[str, list[Any]] = {k: [] for k in _K_FIELDS}
+    launch_ts: list[int | None] = []
     for e in kernels:
         ts, dur = _us_to_ns(e.get("ts")), _us_to_ns(e.get("dur"))
         corr = _int(_get(e, "args", "correlation"))
@@ -209,11 +291,92 @@ def iter_kineto_json(path: Path, rejects: Rejects) -> Iterator[pa.RecordBatch]:
         cols["correlation_id"].append(corr)
         cols["pid"].append(call[2] if call else None)
         cols["tid"].append(call[3] if call else None)
+        launch_ts.append(call[0] if call else None)
+    cols["iteration"] = _join_steps(cols, launch_ts, steps, gpu_steps)
     launches = LaunchIndex(pa.table({
         "correlation_id": pa.array(list(calls), pa.int64()),
         "api_start_ns": pa.array([c[0] for c in calls.values()], pa.int64()),
         "api_end_ns": pa.array([c[1] for c in calls.values()], pa.int64()),
     }))
-    yield from _emit(cols, "kineto_json", rejects, str(path), launches)
+    out: list[tuple[str, pa.RecordBatch]] = []
+    kb = next(_emit(cols, "kineto_json", rejects, str(path), launches, model=model), None)
+    if kb is not None:
+        out.append(("kernel_span", kb))
+    if steps:
+        keys = sorted(steps)
+        counts: dict[tuple[int, int], int] = {}
+        if kb is not None:
+            for p, n in zip(kb.column("pid").to_pylist(), kb.column("iteration").to_pylist(),
+                            strict=True):
+                if n is not None:
+                    counts[(p, n)] = counts.get((p, n), 0) + 1
+        st = np.array([steps[k][0] for k in keys], np.int64)
+        en = np.array([steps[k][1] for k in keys], np.int64)
+        out.append(("iteration_span", conform("iteration_span", pa.table({
+            "start_ns": st, "end_ns": en, "duration_ns": en - st,
+            "source": pa.array(["kineto"] * len(keys)),
+            "model": pa.array([model] * len(keys)),
+            "pid": pa.array([k[0] for k in keys], pa.int64()),
+            "iteration": pa.array([k[1] for k in keys], pa.int64()),
+            "kernel_count": pa.array([counts.get(k, 0) for k in keys], pa.int64()),
+        }))))
+    return out
 
 
+def _join_steps(cols: dict[str, list[Any]], launch_ts: list[int | None],
+                steps: dict[tuple[int, int], tuple[int, int]],
+                gpu_steps: list[tuple[int, int, int]]) -> list[int | None]:
+    """Step number N per kernel (see :func:`kineto_emits`); fills ``cols["pid"]``
+    for kernels placed by the GPU-annotation fallback. Columnar: one
+    ``searchsorted`` per pid over that pid's step starts."""
+    n = len(launch_ts)
+    it = np.full(n, -1, np.int64)
+    lts = np.array([-1 if t is None else t for t in launch_ts], np.int64)
+    has = np.array([t is not None for t in launch_ts], bool)
+    pid = np.array([-1 if p is None else p for p in cols["pid"]], np.int64)
+    for p in {k[0] for k in steps}:
+        mine = sorted((rng[0], rng[1], k[1]) for k, rng in steps.items() if k[0] == p)
+        s = np.array([m[0] for m in mine], np.int64)
+        e = np.array([m[1] for m in mine], np.int64)
+        num = np.array([m[2] for m in mine], np.int64)
+        sel = np.flatnonzero(has & (pid == p))
+        j = np.searchsorted(s, lts[sel], side="right") - 1
+        ok = (j >= 0) & (lts[sel] <= e[np.maximum(j, 0)])
+        it[sel[ok]] = num[j[ok]]
+    if gpu_steps:
+        owner: dict[int, list[int]] = {}
+        for p, num_ in steps:
+            owner.setdefault(num_, []).append(p)
+        g = sorted(gpu_steps)
+        gs = np.array([x[0] for x in g], np.int64)
+        ge = np.array([x[1] for x in g], np.int64)
+        start = np.array([-1 if t is None else t for t in cols["start_ns"]], np.int64)
+        sel = np.flatnonzero(~has & (start >= 0))
+        j = np.searchsorted(gs, start[sel], side="right") - 1
+        ok = (j >= 0) & (start[sel] <= ge[np.maximum(j, 0)])
+        for i, jj in zip(sel[ok].tolist(), j[ok].tolist(), strict=True):
+            ps = owner.get(g[jj][2], [])
+            if len(ps) == 1:
+                it[i] = g[jj][2]
+                cols["pid"][i] = ps[0]
+    return [None if v < 0 else int(v) for v in it.tolist()]
+
+
+def iter_kineto_json(path: Path, rejects: Rejects, model: str | None = None,
+                     ) -> Iterator[pa.RecordBatch]:
+    """KERNEL_SPAN batch of a Kineto/PyTorch-profiler trace (``.json`` or
+    ``.json.gz``), ``iteration`` and ``model`` set as in :func:`kineto_emits`;
+    an unreadable file counts ``bad_json``."""
+    for signal, batch in iter_kineto(path, rejects, model):
+        if signal == "kernel_span":
+            yield batch
+
+
+def iter_kineto(path: Path, rejects: Rejects, model: str | None = None,
+                ) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """``(signal, batch)`` pairs of a Kineto trace file: its kernel spans and
+    its ``ProfilerStep#N`` iteration spans (:func:`kineto_emits`); an
+    unreadable or truncated file counts ``bad_json`` and yields nothing."""
+    doc = _load(path, rejects)
+    if doc is not None:
+        yield from kineto_emits(doc, path, rejects, model)

@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from collectors.base import Emit
 from collectors.rocprof.csvstream import DEFAULT_BLOCK
 from collectors.rocprof.formats import KERNEL_FORMATS, UnknownFormat, detect
-from collectors.rocprof.jsonfmt import iter_kineto_json, iter_rocprofv3_json
+from collectors.rocprof.jsonfmt import iter_kineto, iter_kineto_json, iter_rocprofv3_json
 from collectors.rocprof.kernels import SPECS, iter_csv_kernel_spans
 from collectors.rocprof.launch import LaunchIndex, launch_calls, read_api_trace
 from collectors.rocprof.rejects import Rejects
@@ -150,7 +150,9 @@ def load_paths(
     block_size: int = DEFAULT_BLOCK,
 ) -> Iterator[Emit]:
     """Yield ``Emit("kernel_span", batch, key)`` for every kernel dispatch in
-    ``paths`` (files or directories; see the module doc). Keys are
+    ``paths`` (files or directories; see the module doc), and for a Kineto
+    trace also ``Emit("iteration_span", ...)`` for its ``ProfilerStep#N``
+    ranges (:func:`collectors.rocprof.jsonfmt.kineto_emits`). Keys are
     ``"rocprof:<file>:<batch index>"``, stable across replays of the same
     files. Bad rows and unknown files are counted in ``rejects``; nothing
     raises except for a path that does not exist (``FileNotFoundError``)."""
@@ -178,6 +180,10 @@ def load_paths(
             launches = cache[ck]
         pid = _pid_of(f) if fmt == "rocprofv3_kernel_trace" else None
         try:
+            if fmt == "kineto_json":  # kernel spans, then ProfilerStep#N iteration spans
+                for i, (signal, batch) in enumerate(iter_kineto(f, rejects)):
+                    yield Emit(signal, batch, f"rocprof:{f}:{i}")
+                continue
             for i, batch in enumerate(iter_file_spans(f, rejects, fmt=fmt, launches=launches,
                                                       pid=pid, block_size=block_size)):
                 yield Emit("kernel_span", batch, f"rocprof:{f}:{i}")

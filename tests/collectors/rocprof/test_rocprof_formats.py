@@ -161,9 +161,12 @@ def test_non_kernel_tables_parse_every_row() -> None:
 
 
 def test_replay_directory_keys_are_deterministic_and_skip_non_kernel_files() -> None:
-    a = [(e.key, e.batch.num_rows) for e in load_paths([TD])]
-    b = [(e.key, e.batch.num_rows) for e in load_paths([TD])]
+    a = [(e.key, e.signal, e.batch.num_rows) for e in load_paths([TD])]
+    b = [(e.key, e.signal, e.batch.num_rows) for e in load_paths([TD])]
     assert a == b
-    assert all(e_key.startswith("rocprof:") for e_key, _ in a)
+    assert all(e_key.startswith("rocprof:") for e_key, _, _ in a)
+    assert len({k for k, _, _ in a}) == len(a)  # one JetStream message id each
     # 9 + 7 + 4 (v3) + 1004 + 1024 (v1) + 3 + 3 (compute) + 14 (kineto) + 2 (json)
-    assert sum(n for _, n in a) == 2070
+    assert sum(n for _, s, n in a if s == "kernel_span") == 2070
+    # the Kineto trace's ProfilerStep#1 and #2
+    assert sum(n for _, s, n in a if s == "iteration_span") == 2
