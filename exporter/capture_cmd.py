@@ -97,7 +97,8 @@ async def capture_command(cmd: Sequence[str], out_parent: Path, bus_cfg: BusConf
         outputs = find_outputs(prof_dir)
         for emit in load_paths(outputs, rejects):
             # rocprof's boot-relative clock -> wall clock, told by the child's run window
-            batch = clock(emit.batch, (t0, t1)) if emit.signal == "kernel_span" else emit.batch
+            batch = (clock(emit.batch, (t0, t1)) if emit.signal in ("kernel_span", "iteration_span")
+                     else emit.batch)
             await s.bus.publish_table(emit.signal, batch, emit.key)
         await s.drain()
         hip_api = hip_api_table(outputs, offset_ns=clock.offset_ns)  # load_paths counted bad rows
