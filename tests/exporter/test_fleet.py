@@ -323,3 +323,49 @@ def test_aggregate_without_reachable_nats_exits_2_with_one_line(
     assert r.returncode == 2, r.stderr
     assert r.stderr.splitlines()[-1].startswith("aaco-exporter: error: cannot reach NATS")
     assert "Traceback" not in r.stderr
+
+
+def test_run_without_analytics_creates_no_consumer_and_exports_a_workers_results(
+        nats_server: EmbeddedNats) -> None:
+    """`run --no-analytics` (DaemonOptions.analytics=False) creates no durable of
+    its own; results a standalone worker publishes for its host still reach its
+    /metrics (40 iterations), and another host's results do not."""
+    from exporter.daemon import DaemonOptions, run_daemon
+
+    url, port = nats_server.url, free_port()
+    opts = DaemonOptions(host="node-c", metrics_host="127.0.0.1", metrics_port=port,
+                         analytics=False, duration_s=60)
+
+    async def go() -> tuple[list[str], str]:
+        ready = asyncio.Event()
+        daemon = asyncio.create_task(run_daemon(opts, BusConfig(url=url), ready))
+        await asyncio.wait_for(ready.wait(), 30)
+        await _publish_as(url, BusConfig(), "node-c", "iteration_span",
+                          _iterations(40, 1003), "c:i")
+        await _publish_as(url, BusConfig(), "node-d", "iteration_span",
+                          _iterations(9, 1004), "d:i")
+        bus = await Bus.open(url, BusConfig(), "worker")
+        try:
+            worker = AnalyticsConsumer(bus, durable="aaco-analytics", window_s=30.0,
+                                       checkpoint=False)
+            await worker.start()
+            await worker.drain()
+            names = [i.name for i in await bus.js.consumers_info(bus.cfg.stream)]
+        finally:
+            await bus.close()
+        text = ""
+        for _ in range(100):
+            text = await asyncio.to_thread(_scrape, port)
+            if _value(text, "aaco_iterations_total", host="node-c") is not None:
+                break
+            await asyncio.sleep(0.1)
+        daemon.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await daemon
+        return names, text
+
+    names, text = asyncio.run(go())
+    assert names == ["aaco-analytics"]
+    its = [(lab["host"], lab["pid"], v) for n, lab, v in _samples(text)
+           if n == "aaco_iterations_total"]
+    assert its == [("node-c", "1003", 40.0)]
