@@ -163,14 +163,20 @@ class Bus:
             await self.js.update_stream(sc)
 
     async def publish_table(
-        self, signal: str, table: pa.Table | pa.RecordBatch, key: str
+        self, signal: str, table: pa.Table | pa.RecordBatch, key: str,
+        host: str | None = None,
     ) -> int:
-        """Publish ``table`` as one or more messages; returns the count."""
+        """Publish ``table`` as one or more messages; returns the count.
+
+        The subject and ``Aaco-Host`` header name ``host`` (default: the
+        bus's own host); an analytics worker serving several hosts passes
+        each result's host so it lands on that host's subject.
+        """
         n = 0
         for msg in schema.encode_chunks(
             signal,
             table,
-            host=self.host,
+            host=self.host if host is None else host,
             msg_id_prefix=key,
             max_bytes=self.cfg.max_payload_bytes,
             session=self.session,

@@ -152,6 +152,12 @@ def run(
         help="HOST:PORT of the embedded nats-server (no --nats); instrumented processes "
              "publish here (AACO_NATS_URL)")] = "127.0.0.1:4222",
     log_level: Annotated[str, typer.Option()] = "INFO",
+    host_name: Annotated[str | None, typer.Option("--host", help=(
+        "this node's host name on the bus (default: the hostname); the daemon "
+        "reads and exports only this host's subjects"))] = None,
+    with_analytics: Annotated[bool, typer.Option("--analytics/--no-analytics", help=(
+        "run this host's analytics consumer; --no-analytics when a standalone "
+        "`analytics` worker serves the host"))] = True,
 ) -> None:
     """The always-on daemon: collectors -> NATS -> analytics -> /metrics.
 
@@ -190,6 +196,11 @@ def run(
     cfg = _bus_cfg(nats, nats_creds, nats_user, nats_password, nats_token, nats_tls_ca)
     cfg.tls_cert, cfg.tls_key = nats_tls_cert, nats_tls_key
     opts.web_config, opts.otlp_bus = web_config_file, otlp_bus
+    opts.analytics = with_analytics
+    if host_name is not None:
+        if not host_name.strip():
+            _fail("--host must not be empty")
+        opts.host = host_name
     if otlp_endpoint:
         from exporter.sinks.otlp import OtlpConfig
 
@@ -277,7 +288,7 @@ def analytics(
         name = durable if m == "1" else f"{durable}-{k}"
         consumer = AnalyticsConsumer(bus, durable=name, window_s=window, batch=batch,
                                      instance=int(k), instances=int(m),
-                                     flush_interval_s=flush_interval)
+                                     flush_interval_s=flush_interval, sched_keys=True)
         await consumer.start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -294,6 +305,42 @@ def analytics(
     try:
         asyncio.run(main_())
     except BusError as e:
+        _fail(str(e))
+
+
+@app.command()
+def aggregate(
+    nats: Annotated[str, typer.Option("--nats", help="NATS URL of the shared bus")],
+    metrics_addr: Annotated[str, typer.Option(help="HOST:PORT for /metrics")] = "0.0.0.0:9464",
+    web_config_file: Annotated[str | None, typer.Option(
+        help="TLS / basic auth for /metrics (Prometheus exporter-toolkit format)")] = None,
+    duration: Annotated[float | None, typer.Option(help="stop after N seconds")] = None,
+    nats_creds: Annotated[str | None, typer.Option(help="NATS .creds file")] = None,
+    nats_user: Annotated[str | None, typer.Option()] = None,
+    nats_password: Annotated[str | None, typer.Option(envvar="AACO_NATS_PASSWORD")] = None,
+    nats_token: Annotated[str | None, typer.Option(envvar="AACO_NATS_TOKEN")] = None,
+    nats_tls_ca: Annotated[str | None, typer.Option()] = None,
+    log_level: Annotated[str, typer.Option()] = "INFO",
+) -> None:
+    """Fleet /metrics: every host's results from the shared bus, host-labelled.
+
+    Runs no collectors and no analytics; scrape it instead of the node
+    daemons for fleet-wide sums.
+    """
+    from exporter.aggregate import AggregateOptions, run_aggregate
+    from exporter.webconfig import WebConfigError
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: "
+                        "%(message)s")
+    host, _, port = metrics_addr.rpartition(":")
+    if not port.isdigit():
+        _fail(f"--metrics-addr {metrics_addr!r} is not HOST:PORT")
+    opts = AggregateOptions(metrics_host=host or "0.0.0.0", metrics_port=int(port),
+                            web_config=web_config_file, duration_s=duration)
+    cfg = _bus_cfg(nats, nats_creds, nats_user, nats_password, nats_token, nats_tls_ca)
+    try:
+        asyncio.run(run_aggregate(opts, cfg))
+    except (BusError, WebConfigError, OSError, ValueError) as e:
         _fail(str(e))
 
 

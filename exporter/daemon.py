@@ -7,6 +7,12 @@ when a model is given, the scheduler collector for the watched pids
 (``sched`` if that plugin is installed, it picks eBPF or /proc; else
 ``proc``), ``gpu`` when installed, ``rocprof`` / ``kineto`` when their directory is given,
 plus any named with ``--collector``.
+
+Host scoping: on a shared bus the daemon folds in and exports only its own
+host's subjects (``aaco.v1.<signal>.<host>``, ``host`` from ``--host``,
+default the machine's hostname); ``aaco-exporter aggregate`` serves the
+fleet (:mod:`exporter.aggregate`). With ``analytics=False`` it runs no
+analytics consumer (a standalone ``analytics`` worker serves its host).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from prometheus_client.core import GaugeMetricFamily
 from collectors.base import Collector, CollectorContext, available, create
 from exporter import schema
 from exporter.bus import BusConfig
+from exporter.fleet import FLEET_SIGNALS, host_subjects
 from exporter.natsserver import DEFAULT_PORT
 from exporter.pipeline import Pipeline
 from exporter.sinks.otlp import OtlpConfig
@@ -73,6 +80,7 @@ class DaemonOptions:
         """Whether the ``discovery`` collector runs (any selector is set)."""
         return (self.watch_mode() == "auto" or bool(self.watch_comm or self.watch_cgroup)
                 or bool(self.pids))
+    analytics: bool = True  # False: no own consumer; a standalone worker serves this host
 
 
 def _build_collectors(opts: DaemonOptions, pids: set[int]) -> list[Collector]:
@@ -123,13 +131,19 @@ async def run_daemon(opts: DaemonOptions, bus_cfg: BusConfig,
         pipe.add(c)
         log.info("collector %s: source %s", c.name, c.source)
     bus = await pipe.open()
-    consumer = AnalyticsConsumer(bus, durable=f"aaco-analytics-{schema.sanitize_token(opts.host)}",
-                                 window_s=opts.window_s, checkpoint=True, sched_keys=True)
-    await consumer.start()
+    consumer: AnalyticsConsumer | None = None
+    if opts.analytics:  # only this host's inputs: a shared bus is not folded in by every node
+        consumer = AnalyticsConsumer(
+            bus, durable=f"aaco-analytics-{schema.sanitize_token(opts.host)}",
+            window_s=opts.window_s, checkpoint=True, hosts=[opts.host],
+            sched_keys=True)
+        await consumer.start()
 
     def self_metrics() -> Any:
-        yield from pipe.health_metrics(lambda: consumer.drops + consumer.engine.drops + state.drops,
-                                       lambda: Counter(consumer.received))
+        yield from pipe.health_metrics(
+            lambda: (consumer.drops + consumer.engine.drops if consumer else Counter())
+            + state.drops,
+            lambda: Counter(consumer.received if consumer else {}))
         info = GaugeMetricFamily("aaco_exporter_build_info", "Build information",
                                  labels=["version", "schema_version"])
         info.add_metric([VERSION, str(schema.SCHEMA_VERSION)], 1.0)
@@ -162,13 +176,13 @@ async def run_daemon(opts: DaemonOptions, bus_cfg: BusConfig,
         if bridge is not None:
             bridge.ingest(sig, host, batch)
 
-    sigs = ["analytics_result", "sched_sample", "gauge_sample", "drift_status", "bottleneck",
-            "process_info"]
+    sigs = list(FLEET_SIGNALS)
     if otlp_sink is not None or bridge is not None:
         sigs += ["kernel_span", "iteration_span"]
-    for sig in sigs:
-        await bus.nc.subscribe(f"{schema.SUBJECT_PREFIX}.{sig}.>", cb=on_msg,
-                               pending_msgs_limit=1_000_000)
+    for sig in sigs:  # this host's subjects only (core NATS sees them untransformed)
+        for subj in host_subjects(sig, opts.host):
+            await bus.nc.subscribe(subj, cb=on_msg, pending_msgs_limit=1_000_000)
+    await bus.nc.flush()  # subscribed on the server before /metrics answers
     server = serve_metrics(pipe.registry, opts.metrics_host, opts.metrics_port, web)
     log.info("serving /metrics on %s:%d", opts.metrics_host, opts.metrics_port)
 
@@ -176,7 +190,7 @@ async def run_daemon(opts: DaemonOptions, bus_cfg: BusConfig,
     loop = asyncio.get_running_loop()
     for s in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(s, stop.set)
-    tasks = [asyncio.create_task(consumer.run(stop))]
+    tasks = [asyncio.create_task(consumer.run(stop))] if consumer is not None else []
     tasks += [asyncio.create_task(pipe.run_collector(c, stop)) for c in pipe.collectors]
 
     async def export_otlp() -> None:

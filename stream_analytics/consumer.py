@@ -22,11 +22,19 @@ Work sharing: on a stream with ``partitions=N`` (:class:`exporter.bus.BusConfig`
 ``instances=M`` workers each run ``instance=k`` under their own durable name
 and take the hosts of partitions ``p % M == k``; each checkpoints separately.
 
-Result message ids are ``<durable>:<generation>:<first>-<last>:<count>``,
-where the generation counts checkpointed steps. A consumer that published
-and then died before checkpointing re-publishes from the same state with the
-same id (JetStream drops the identical copy); any other state gets a new id,
-so a late redelivered batch never has its result deduplicated away.
+Host scoping: ``hosts=[name, ...]`` reads only those hosts' subjects (a node
+daemon passes its own host, so a shared bus is not folded in by every node).
+Results are published per host, on ``aaco.v1.<signal>.<that host>``, whatever
+the worker's own host, so a worker serving several hosts feeds each node's
+host-scoped sinks. An existing durable whose filter differs (a daemon
+upgraded from reading every host) is updated in place at :meth:`start`.
+
+Result message ids are ``<durable>:<generation>:<first>-<last>:<count>:<host>``
+(drift and bottleneck tables add ``:d`` / ``:b`` before ``:<host>``), where
+the generation counts checkpointed steps. A consumer that published and then
+died before checkpointing re-publishes from the same state with the same id
+(JetStream drops the identical copy); any other state gets a new id, so a
+late redelivered batch never has its result deduplicated away.
 
 A message that cannot be decoded is acknowledged, logged, and counted in
 ``drops[reason]`` (exported as ``aaco_exporter_events_dropped_total``).
@@ -39,6 +47,7 @@ import json
 import logging
 import zlib
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -48,6 +57,7 @@ from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 
 from exporter import schema
 from exporter.bus import Bus
+from exporter.fleet import host_subjects, split_by_host
 from stream_analytics.engine import Analytics
 from stream_analytics.verdicts import OnlineVerdicts
 
@@ -62,7 +72,9 @@ class AnalyticsConsumer:
 
     ``window_s=None`` evaluates the whole stream (captures); ``checkpoint``
     enables the KV checkpoint; ``deliver_all`` replays the stream from its
-    start on first creation (else only new messages).
+    start on first creation (else only new messages). ``hosts`` limits the
+    inputs to those hosts' subjects (``None``: every host); it cannot be
+    combined with ``instances > 1``, which splits hosts by partition.
     """
 
     def __init__(
@@ -79,9 +91,14 @@ class AnalyticsConsumer:
         instance: int = 0,
         instances: int = 1,
         sched_keys: bool = False,
+        hosts: Sequence[str] | None = None,
     ) -> None:
         if not 0 <= instance < instances:
             raise ValueError(f"instance {instance} is not in 0..{instances - 1}")
+        if hosts is not None and (not hosts or instances > 1):
+            raise ValueError("hosts must be non-empty and cannot be combined with instances > 1")
+        self.hosts = (None if hosts is None
+                      else sorted({schema.sanitize_token(h) for h in hosts}))
         self.instance, self.instances = instance, instances
         self.bus = bus
         self.flush_interval_s = flush_interval_s
@@ -117,6 +134,7 @@ class AnalyticsConsumer:
             max_ack_pending=50_000,
             ack_wait=10,
         )
+        await self._update_filter(cfg)
         self._sub = await self.bus.js.pull_subscribe(
             "", durable=self.durable, stream=self.bus.cfg.stream, config=cfg
         )
@@ -142,13 +160,37 @@ class AnalyticsConsumer:
             except KeyNotFoundError:
                 pass
 
+    async def _update_filter(self, cfg: ConsumerConfig) -> None:
+        """Give an existing durable ``cfg``'s filter subjects if they differ.
+
+        nats-py binds to an existing durable without changing it, so a daemon
+        upgraded to host scoping would otherwise keep reading every host.
+        """
+        try:
+            info = await self.bus.js.consumer_info(self.bus.cfg.stream, self.durable)
+        except NotFoundError:
+            return
+        c = info.config
+        have = sorted(c.filter_subjects or ([c.filter_subject] if c.filter_subject else []))
+        if have != sorted(cfg.filter_subjects or []):
+            log.info("consumer %s: filter subjects %s -> %s", self.durable, have,
+                     cfg.filter_subjects)
+            await self.bus.js.add_consumer(self.bus.cfg.stream, config=cfg)
+
     def filter_subjects(self) -> list[str]:
-        """Every input subject, or this instance's partitions of them.
+        """Every input subject, this instance's partitions, or ``hosts``' subjects.
+
+        With ``hosts``: ``aaco.v1.<input>.<host>`` for each input and host
+        (plus ``....<host>.*`` on a partitioned stream, see
+        :func:`exporter.fleet.host_subjects`).
 
         With ``instances=M`` over a stream of ``N`` partitions (``N >= M``),
         instance ``k`` takes partitions ``p`` with ``p % M == k``: every host
         belongs to exactly one instance, so no window is counted twice.
         """
+        if self.hosts is not None:
+            return [f for s in INPUTS for h in self.hosts
+                    for f in host_subjects(s, h, self.bus.cfg.partitions)]
         if self.instances == 1:
             return [f"{schema.SUBJECT_PREFIX}.{s}.>" for s in INPUTS]
         n = self.bus.cfg.partitions
@@ -224,11 +266,16 @@ class AnalyticsConsumer:
         floor = int(info.ack_floor.stream_seq or 0)
         self.processed = {s for s in self.processed if s > floor}
 
+    async def _publish_per_host(self, signal: str, table: pa.Table, key: str) -> None:
+        """Publish ``table``'s rows on each row's host subject, id ``key:<host>``."""
+        for host, rows in split_by_host(table, self.bus.host):
+            await self.bus.publish_table(signal, rows, f"{key}:{host}", host=host)
+
     async def _publish_results(self, first: int, last: int, count: int) -> None:
         table = self.engine.results(only_dirty=True)
         key = f"{self.durable}:{self.generation}:{first}-{last}:{count}"
         if table.num_rows:
-            await self.bus.publish_table("analytics_result", table, key)
+            await self._publish_per_host("analytics_result", table, key)
             self.results_published += table.num_rows
         if table.num_rows or self.verdicts.pending:
             try:
@@ -238,9 +285,9 @@ class AnalyticsConsumer:
                 log.warning("drift/bottleneck update failed: %s", e)
                 return
             if drift.num_rows:
-                await self.bus.publish_table("drift_status", drift, key + ":d")
+                await self._publish_per_host("drift_status", drift, key + ":d")
             if verdicts.num_rows:
-                await self.bus.publish_table("bottleneck", verdicts, key + ":b")
+                await self._publish_per_host("bottleneck", verdicts, key + ":b")
                 self.last_bottleneck = verdicts.to_pylist()
 
     async def _save(self) -> None:

@@ -172,7 +172,8 @@ class PromState:
             if cols["gpu_uuid"][i]:
                 labels["gpu_uuid"] = str(cols["gpu_uuid"][i])
             for k, v in cols["attributes"][i] or []:
-                labels[label_name(k)] = str(v)
+                if label_name(k) != "host":  # the message's host wins: hosts never collide
+                    labels[label_name(k)] = str(v)
             name = prom_name(metric, cols["unit"][i], cols["kind"][i])
             key = (name, cols["kind"][i], metric, tuple(sorted(labels.items())))
             self.gauges[key] = (now, float(value), cols["unit"][i])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 import subprocess
 import time
 import urllib.request
@@ -31,15 +32,18 @@ def _value(text: str, pattern: str) -> float | None:
 
 
 def _publish_garbage(url: str) -> None:
+    # On the daemon's own host subject: a node daemon reads only its host's subjects.
+    host = schema.sanitize_token(socket.gethostname())
+    subj = schema.subject("kernel_span", host)
+
     async def go() -> None:
-        bus = await Bus.open(url, BusConfig(), "evil")
+        bus = await Bus.open(url, BusConfig(), host)
         # A well-formed header set with a payload that is not Arrow IPC.
         headers = {schema.H_SCHEMA: "kernel_span", schema.H_VERSION: "1",
-                   schema.H_HOST: "evil", schema.H_MSG_ID: "garbage-1"}
-        await bus.js.publish("aaco.v1.kernel_span.evil", b"\x00not arrow", headers=headers)
+                   schema.H_HOST: host, schema.H_MSG_ID: "garbage-1"}
+        await bus.js.publish(subj, b"\x00not arrow", headers=headers)
         # No schema header at all.
-        await bus.js.publish("aaco.v1.kernel_span.evil", b"xx",
-                             headers={schema.H_MSG_ID: "garbage-2"})
+        await bus.js.publish(subj, b"xx", headers={schema.H_MSG_ID: "garbage-2"})
         await bus.close()
 
     asyncio.run(go())
