@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import ssl
 from collections import Counter
 from collections.abc import Sequence
@@ -33,6 +34,9 @@ from collectors.base import Emit
 from exporter import schema
 
 log = logging.getLogger("aaco.bus")
+
+
+_PARTITION = re.compile(r"partition\((\d+),")
 
 
 class BusError(RuntimeError):
@@ -160,6 +164,16 @@ class Bus:
         try:
             await self.js.add_stream(sc)
         except BadRequestError:
+            if self.cfg.partitions <= 1:
+                # A client that asks for no partitions (a node daemon, capture,
+                # replay, an instrumented process) keeps an operator's
+                # partitioned stream as it is and learns N from it.
+                info = await self.js.stream_info(self.cfg.stream)
+                tr = info.config.subject_transform
+                m = _PARTITION.search(tr.dest) if tr is not None and tr.dest else None
+                if m is not None:
+                    self.cfg.partitions = int(m.group(1))
+                    return
             await self.js.update_stream(sc)
 
     async def publish_table(

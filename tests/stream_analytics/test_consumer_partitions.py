@@ -89,3 +89,32 @@ def test_more_workers_than_partitions_is_refused(tmp_path: Path) -> None:
 
     with EmbeddedNats(tmp_path / "nats") as srv:
         asyncio.run(go(srv.url))
+
+
+def test_a_client_without_partitions_keeps_a_partitioned_stream_and_its_host_filter(
+        tmp_path: Path) -> None:
+    """A node daemon's bus (partitions unset) opened on an operator's
+    partitioned stream keeps the partition transform, learns N, and its
+    host-scoped consumer still folds exactly its own host's messages."""
+
+    async def go(url: str) -> tuple[int, int, int]:
+        await (await Bus.open(url, BusConfig(partitions=4), "operator")).close()
+        node = await Bus.open(url, BusConfig(), HOSTS[2])
+        other = await Bus.open(url, BusConfig(), HOSTS[3])
+        for i, bus in ((2, node), (3, other)):
+            k, t = _host_data(i)
+            await bus.publish_table("kernel_span", k, f"{HOSTS[i]}:k")
+            await bus.publish_table("iteration_span", t, f"{HOSTS[i]}:i")
+        info = await node.js.stream_info("AACO")
+        c = AnalyticsConsumer(node, durable="node", window_s=None, hosts=[HOSTS[2]])
+        await c.start()
+        await c.drain()
+        its = sum(st.iterations_total for st in c.engine.keys.values())
+        await node.close()
+        await other.close()
+        assert info.config.subject_transform is not None
+        return node.cfg.partitions, its, len({k[0] for k in c.engine.keys})
+
+    with EmbeddedNats(tmp_path / "nats") as srv:
+        partitions, iterations, hosts = asyncio.run(go(srv.url))
+    assert (partitions, iterations, hosts) == (4, 3 + 2, 1)
