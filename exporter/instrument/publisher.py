@@ -104,9 +104,7 @@ class Publisher:
         self.backlog_rows = 0
         self.graphs_done: set[str] = set()
         self.graph_tries: dict[str, int] = {}
-        self.seq = 0
         self.drops_sent: dict[str, int] = {}
-        self.drops_seq = 0
         self.connect_failures = 0
         self.nc: Client | None = None
         self.js: JetStreamContext | None = None
@@ -209,8 +207,7 @@ class Publisher:
                 rows.append(q.popleft())
             self.rec.drained += len(rows)
             msg = schema.encode("iteration_span", iteration_batch(rows, self.rec.pid),
-                                host=self.host, msg_id=f"{self.prefix}:{self.seq}")
-            self.seq += 1
+                                host=self.host, msg_id=f"{self.prefix}:{next(self.rec.seq)}")
             self.backlog.append(_Pending(msg, len(rows)))
             self.backlog_rows += len(rows)
         while self.backlog_rows > max(self.rec.cap, BACKLOG_ROWS) and len(self.backlog) > 1:
@@ -300,10 +297,9 @@ class Publisher:
         if not drops or drops == self.drops_sent:
             return
         msg = schema.encode("gauge_sample", drops_batch(drops, self.rec.pid, time.time_ns()),
-                            host=self.host, msg_id=f"{self.prefix}:drops:{self.drops_seq}")
+                            host=self.host, msg_id=f"{self.prefix}:drops:{next(self.rec.seq)}")
         if await self._publish(msg):
             self.drops_sent = drops
-            self.drops_seq += 1
 
 
 async def _quiet(e: Exception) -> None:

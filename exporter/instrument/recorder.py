@@ -86,6 +86,7 @@ class Recorder:
     lock: threading.Lock = field(default_factory=threading.Lock)
     drained: int = 0  # rows taken off the queue (publisher thread only)
     published: int = 0  # rows acknowledged by JetStream (publisher thread only)
+    seq: Iterator[int] = field(default_factory=itertools.count)  # message ids, process-wide
     _counters: dict[str, Iterator[int]] = field(default_factory=dict)
     _metas: weakref.WeakSet[SessionMeta] = field(default_factory=weakref.WeakSet)
 
@@ -112,6 +113,7 @@ class Recorder:
         self.queue.clear()
         self.drops.clear()
         self.drained = self.published = 0
+        self.seq = itertools.count()
         self._counters = {}
         for m in list(self._metas):
             m.counter = self._counters.setdefault(m.model, itertools.count())
