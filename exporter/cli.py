@@ -344,6 +344,32 @@ def aggregate(
         _fail(str(e))
 
 
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def instrument(
+    command: Annotated[list[str] | None, typer.Argument(
+        help="the program and its arguments, after --", show_default=False)] = None,
+) -> None:
+    """Run a Python program with ONNX Runtime instrumented (no code change).
+
+    aaco-exporter instrument -- python server.py ARGS
+
+    Every InferenceSession.run / run_with_iobinding call becomes an
+    iteration_span on the bus (one graph_info per model); the exit status is
+    the program's. Environment: AACO_NATS_URL (bus, default
+    nats://127.0.0.1:4222, where `aaco-exporter run` listens), AACO_HOST
+    (host name on the bus), AACO_MODEL_NAME (model name instead of the file
+    stem), AACO_INSTRUMENT_QUEUE (queued calls before dropping, default
+    65536). With the bus down the program runs at full speed; drops are
+    counted by reason. See docs/instrument.md.
+    """
+    from exporter.instrument.launch import LaunchError, exec_instrumented
+
+    try:
+        exec_instrumented(command or [])
+    except LaunchError as e:
+        _fail(str(e))
+
+
 def main() -> None:
     """Console-script entry point."""
     app()

@@ -89,9 +89,20 @@ ITERATION_SPAN = pa.schema(
         pa.field("pid", pa.int64(), nullable=False),
         pa.field("iteration", pa.int64(), nullable=False),
         pa.field("kernel_count", pa.int64(), nullable=False),  # spans published for it
+        # Appended, nullable (the ORT profiler leaves them null; "instrument" rows fill them):
+        pa.field("tid", pa.int64()),  # native thread id of the caller
+        pa.field("model_path", pa.string()),
+        pa.field("provider", _DICT_STR),  # first execution provider of the session
+        pa.field("batch_size", pa.int64()),  # first dim of the first input, null if unknown
+        pa.field("trace_id", pa.string()),  # 32 hex: the caller's OpenTelemetry trace
+        pa.field("parent_span_id", pa.string()),  # 16 hex: the caller's current span
     ]
 )
-"""One row per inference run (ORT ``model_run`` profiler event)."""
+"""One row per inference run: an ORT ``model_run`` profiler event (``source``
+``ort``) or one ``InferenceSession.run`` call of an instrumented process
+(``source`` ``instrument``, ``kernel_count`` 0; see :mod:`exporter.instrument`).
+``trace_id``/``parent_span_id`` make the OTLP iteration span a child of that
+span."""
 
 GRAPH_INFO = pa.schema(
     [

@@ -41,6 +41,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 from opentelemetry import trace as trace_api
+from opentelemetry.context import Context
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
@@ -210,6 +211,17 @@ class _Series:
         return [Observation(v, dict(a)) for a, v in items]
 
 
+def _caller_context(trace_id: object, span_id: object) -> Context | None:
+    """A context whose (remote) span is the recorded caller span, so the
+    iteration span becomes its child; None (the current context) without one."""
+    caller = op.remote_parent(trace_id, span_id)
+    if caller is None:
+        return None
+    sc = trace_api.SpanContext(int.from_bytes(caller[0], "big"), int.from_bytes(caller[1], "big"),
+                               is_remote=True, trace_flags=trace_api.TraceFlags(1))
+    return trace_api.set_span_in_context(trace_api.NonRecordingSpan(sc))
+
+
 class OtlpSink:
     """Export bus signals to an OTLP backend (see the module docstring)."""
 
@@ -332,15 +344,18 @@ class OtlpSink:
             c: its.column(c).to_pylist()
             for c in ("start_ns", "end_ns", "source", "model", "pid", "iteration", "kernel_count")
         }
+        extra = op.iteration_columns(its, [c for c, _ in op.ITERATION_ATTR_COLUMNS])
+        callers = op.iteration_columns(its, ("trace_id", "parent_span_id"))
         ends: list[int] = []
         for i in range(plan.n_iterations):
             model = ic["model"][i]
             tracer = self._tracer_provider(host, model, None).get_tracer(op.SCOPE_NAME)
             items = op.iteration_items(
                 plan, i, ic["source"][i], ic["pid"][i], ic["iteration"][i], ic["kernel_count"][i]
-            )
+            ) + [(attr, extra[c][i]) for c, attr in op.ITERATION_ATTR_COLUMNS]
             span = tracer.start_span(
                 op.ITERATION_SPAN_NAME,
+                context=_caller_context(callers["trace_id"][i], callers["parent_span_id"][i]),
                 kind=trace_api.SpanKind.INTERNAL,
                 start_time=ic["start_ns"][i],
                 attributes={k: v for k, v in items if v is not None},

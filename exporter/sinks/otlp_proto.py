@@ -42,6 +42,7 @@ so re-encoding the same rows yields the same trace and span ids.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -87,6 +88,8 @@ A_CORR = "aaco.correlation_id"
 A_DISPATCH = "aaco.dispatch_id"
 A_LAUNCH_API = "aaco.launch_api_ns"
 A_LAUNCH_DELAY = "aaco.launch_delay_ns"
+A_PROVIDER = "aaco.provider"
+A_BATCH_SIZE = "aaco.batch_size"
 # Metric data point attributes.
 A_GPU_INDEX = "aaco.gpu.index"
 A_GPU_UUID = "aaco.gpu.uuid"
@@ -375,6 +378,43 @@ def iteration_items(
     ]
 
 
+ITERATION_ATTR_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("tid", A_TID),
+    ("provider", A_PROVIDER),
+    ("batch_size", A_BATCH_SIZE),
+)
+"""Optional ``ITERATION_SPAN`` column -> iteration span attribute (null: omitted)."""
+
+_HEX = re.compile(r"[0-9a-f]+")
+
+
+def iteration_columns(
+    iterations: pa.Table, names: Sequence[str]
+) -> dict[str, list[AttrValue | None]]:
+    """``{column: values}``; a column the table lacks (older rows) is all None."""
+    n = iterations.num_rows
+    return {c: iterations.column(c).to_pylist() if c in iterations.column_names else [None] * n
+            for c in names}
+
+
+def remote_parent(trace_id: object, span_id: object) -> tuple[bytes, bytes] | None:
+    """``(trace id, span id)`` bytes of a recorded caller span (``ITERATION_SPAN``
+    ``trace_id`` 32 hex, ``parent_span_id`` 16 hex), or None when absent/invalid.
+
+    >>> remote_parent("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331")[1].hex()
+    'b7ad6b7169203331'
+    >>> remote_parent("00000000000000000000000000000000", "b7ad6b7169203331") is None
+    True
+    """
+    if not (isinstance(trace_id, str) and isinstance(span_id, str)):
+        return None
+    t, s = trace_id.lower(), span_id.lower()
+    if len(t) != 32 or len(s) != 16 or not (_HEX.fullmatch(t) and _HEX.fullmatch(s)):
+        return None
+    tb, sb = bytes.fromhex(t), bytes.fromhex(s)
+    return (tb, sb) if any(tb) and any(sb) else None
+
+
 def group_items(g: OrphanGroup) -> list[tuple[str, AttrValue | None]]:
     """Attributes of a synthetic orphan-group span."""
     return [
@@ -427,12 +467,20 @@ def traces_request(
         c: iterations.column(c).to_pylist()
         for c in ("start_ns", "end_ns", "source", "model", "pid", "iteration", "kernel_count")
     }
+    extra = iteration_columns(iterations, [c for c, _ in ITERATION_ATTR_COLUMNS])
+    callers = iteration_columns(iterations, ("trace_id", "parent_span_id"))
     for i in range(plan.n_iterations):
         model = icols["model"][i]
-        tid = trace_id_for(
-            host, model, icols["pid"][i], icols["iteration"][i], icols["start_ns"][i]
-        )
-        sid = span_id_for(tid, "iteration")
+        caller = remote_parent(callers["trace_id"][i], callers["parent_span_id"][i])
+        if caller is None:
+            tid = trace_id_for(
+                host, model, icols["pid"][i], icols["iteration"][i], icols["start_ns"][i]
+            )
+            sid, psid = span_id_for(tid, "iteration"), b""
+        else:  # a child of the caller's span, in the caller's trace
+            tid, psid = caller
+            sid = span_id_for(tid, "iteration", host, model, icols["pid"][i],
+                              icols["iteration"][i], icols["start_ns"][i])
         ss = scope_for(model, None)
         items = iteration_items(
             plan,
@@ -441,11 +489,12 @@ def traces_request(
             icols["pid"][i],
             icols["iteration"][i],
             icols["kernel_count"][i],
-        )
+        ) + [(attr, extra[c][i]) for c, attr in ITERATION_ATTR_COLUMNS]
         ss.spans.append(
             trace_pb2.Span(
                 trace_id=tid,
                 span_id=sid,
+                parent_span_id=psid,
                 name=ITERATION_SPAN_NAME,
                 kind=trace_pb2.Span.SPAN_KIND_INTERNAL,
                 start_time_unix_nano=icols["start_ns"][i],

@@ -1,0 +1,307 @@
+"""The instrumented process's publisher: a daemon thread with its own asyncio loop.
+
+Every ``interval_s`` (0.25 s) it drains the recorder's queue into
+``iteration_span`` batches of at most ``batch_rows`` rows (built columnar,
+encoded with :func:`exporter.schema.encode`, ``source="instrument"``,
+``kernel_count`` 0) and publishes them to JetStream with message ids
+``instr:<host>:<pid>:<process-start-ns>:<seq>``. It also publishes one
+``graph_info`` per model (``collectors/ort/graph.py`` on the model path;
+id ``instr:<host>:<pid>:<start>:graph:<model>``) and, whenever they change,
+the drop counters as ``gauge_sample`` rows (metric ``aaco.instrument.dropped``,
+kind ``counter``, unit ``1``, attributes ``reason`` and ``pid``).
+
+Encoded batches wait in a backlog of at most ``max(cap, BACKLOG_ROWS)`` rows; a batch is
+retried every tick for ``retry_ticks`` ticks (about 10 s), then dropped as
+``publish_failed``. Connecting is one attempt per try, with exponential
+backoff (0.25 s doubling to 8 s); nothing here ever blocks the caller of
+``InferenceSession.run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import nats
+import pyarrow as pa
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+
+from exporter import schema
+from exporter.instrument.recorder import Recorder, Row
+
+INTERVAL_S = 0.25
+BATCH_ROWS = 8192
+BACKLOG_ROWS = 65_536  # encoded rows awaiting the bus (about 25 bytes each), at least the queue cap
+RETRY_TICKS = 40
+BACKOFF_MAX_S = 8.0
+PUBLISH_TIMEOUT_S = 2.0
+DROP_METRIC = "aaco.instrument.dropped"
+SOURCE = "instrument"
+
+log = logging.getLogger("aaco.instrument")
+
+
+@dataclass
+class _Pending:
+    msg: schema.Message
+    rows: int
+    attempts: int = 0
+
+
+def iteration_batch(rows: list[Row], pid: int) -> pa.RecordBatch:
+    """``ITERATION_SPAN`` batch of queued rows (one column at a time)."""
+    start, end, tid, metas, it, batch, trace, span = (list(c) for c in zip(*rows, strict=True))
+    return schema.conform("iteration_span", pa.table({
+        "start_ns": pa.array(start, pa.int64()),
+        "end_ns": pa.array(end, pa.int64()),
+        "duration_ns": pa.array([e - s for s, e in zip(start, end, strict=True)], pa.int64()),
+        "source": pa.array([SOURCE] * len(rows)),
+        "model": pa.array([m.model for m in metas]),
+        "pid": pa.array([pid] * len(rows), pa.int64()),
+        "iteration": pa.array(it, pa.int64()),
+        "kernel_count": pa.array([0] * len(rows), pa.int64()),
+        "tid": pa.array(tid, pa.int64()),
+        "model_path": pa.array([m.model_path for m in metas], pa.string()),
+        "provider": pa.array([m.provider for m in metas], pa.string()),
+        "batch_size": pa.array(batch, pa.int64()),
+        "trace_id": pa.array([None if t is None else f"{t:032x}" for t in trace], pa.string()),
+        "parent_span_id": pa.array([None if s is None else f"{s:016x}" for s in span],
+                                   pa.string()),
+    }))
+
+
+def drops_batch(drops: dict[str, int], pid: int, ts_ns: int) -> pa.RecordBatch:
+    """``GAUGE_SAMPLE`` rows: cumulative drops per reason."""
+    reasons = sorted(drops)
+    return schema.conform("gauge_sample", pa.table({
+        "ts_ns": pa.array([ts_ns] * len(reasons), pa.int64()),
+        "metric": [DROP_METRIC] * len(reasons),
+        "value": pa.array([float(drops[r]) for r in reasons], pa.float64()),
+        "kind": ["counter"] * len(reasons),
+        "unit": ["1"] * len(reasons),
+        "source": [SOURCE] * len(reasons),
+        "attributes": pa.array([[("reason", r), ("pid", str(pid))] for r in reasons],
+                               pa.map_(pa.string(), pa.string())),
+    }))
+
+
+class Publisher:
+    """Drains ``rec`` to the bus at ``url`` as ``host`` from a daemon thread."""
+
+    def __init__(self, rec: Recorder, url: str, host: str | None = None) -> None:
+        self.rec = rec
+        self.url = url
+        self.host = host or socket.gethostname()
+        self.prefix = f"instr:{schema.sanitize_token(self.host)}:{rec.pid}:{rec.start_ns}"
+        self.backlog: deque[_Pending] = deque()
+        self.backlog_rows = 0
+        self.graphs_done: set[str] = set()
+        self.graph_tries: dict[str, int] = {}
+        self.drops_sent: dict[str, int] = {}
+        self.connect_failures = 0
+        self.nc: Client | None = None
+        self.js: JetStreamContext | None = None
+        self._backoff = INTERVAL_S
+        self._next_connect = 0.0
+        self._stop = threading.Event()
+        self.abandoned = False
+        self._deadline = 0.0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self.thread = threading.Thread(target=self._main, name="aaco-instrument", daemon=True)
+
+    # -- thread control (any thread) ----------------------------------------------
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self, timeout_s: float) -> bool:
+        """Final flush: drain, publish, count what is left as ``shutdown``.
+        Returns False when the thread did not finish within ``timeout_s``."""
+        self._deadline = time.monotonic() + timeout_s
+        self._stop.set()
+        loop, wake = self._loop, self._wake
+        if loop is not None and wake is not None:
+            with contextlib.suppress(RuntimeError):  # the loop already closed
+                loop.call_soon_threadsafe(wake.set)
+        if self.thread.is_alive():
+            self.thread.join(timeout_s)
+        if self.thread.is_alive():  # count what is left here; the thread will not
+            self.abandoned = True
+            left = len(self.rec.queue) + self.backlog_rows
+            if left:
+                self.rec.drop("shutdown", left)
+            return False
+        return True
+
+    @property
+    def connected(self) -> bool:
+        return self.nc is not None and self.nc.is_connected
+
+    # -- the loop -------------------------------------------------------------------
+    def _main(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._run())
+        except Exception:
+            log.debug("publisher loop failed", exc_info=True)
+            self.rec.drop("error")
+        finally:
+            self._loop = None
+            loop.close()
+
+    async def _run(self) -> None:
+        self._wake = asyncio.Event()
+        if self._stop.is_set():
+            self._wake.set()
+        while True:
+            final = self._stop.is_set()
+            try:
+                await self._tick(final)
+            except Exception:
+                log.debug("publisher tick failed", exc_info=True)
+                self.rec.drop("error")
+            if final:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), INTERVAL_S)
+        self._count_unflushed()
+        if self.nc is not None and not self.nc.is_closed:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.nc.close(), 0.5)
+
+    def _count_unflushed(self) -> None:
+        if self.abandoned:
+            return  # stop() timed out and counted them
+        queued = len(self.rec.queue)
+        self.rec.queue.clear()
+        self.rec.drained += queued
+        left = self.backlog_rows + queued
+        self.backlog.clear()
+        self.backlog_rows = 0
+        if left:
+            self.rec.drop("shutdown", left)
+
+    async def _tick(self, final: bool) -> None:
+        self._drain()
+        if not await self._ensure_connected(final):
+            self._age_backlog()
+            return
+        await self._publish_graphs()
+        await self._publish_backlog(final)
+        await self._publish_drops()
+
+    def _drain(self) -> None:
+        """Queue -> encoded batches in the backlog; an overfull backlog drops its oldest."""
+        q = self.rec.queue
+        while q:
+            rows: list[Row] = []
+            while q and len(rows) < BATCH_ROWS:
+                rows.append(q.popleft())
+            self.rec.drained += len(rows)
+            msg = schema.encode("iteration_span", iteration_batch(rows, self.rec.pid),
+                                host=self.host, msg_id=f"{self.prefix}:{next(self.rec.seq)}")
+            self.backlog.append(_Pending(msg, len(rows)))
+            self.backlog_rows += len(rows)
+        while self.backlog_rows > max(self.rec.cap, BACKLOG_ROWS) and len(self.backlog) > 1:
+            self._discard(self.backlog.popleft())
+
+    def _discard(self, p: _Pending) -> None:
+        self.backlog_rows -= p.rows
+        self.rec.drop("publish_failed", p.rows)
+
+    def _age_backlog(self) -> None:
+        for p in list(self.backlog):
+            p.attempts += 1
+        while self.backlog and self.backlog[0].attempts >= RETRY_TICKS:
+            self._discard(self.backlog.popleft())
+
+    async def _ensure_connected(self, final: bool) -> bool:
+        if self.nc is not None and self.nc.is_connected:
+            return True
+        if self.nc is not None and not self.nc.is_closed:
+            return False  # nats-py is reconnecting
+        now = time.monotonic()
+        if now < self._next_connect and not final:
+            return False
+        timeout = 2.0 if not final else max(0.05, min(2.0, self._deadline - now - 0.2))
+        try:
+            self.nc = await asyncio.wait_for(nats.connect(
+                self.url, connect_timeout=min(1.0, timeout), allow_reconnect=True,
+                max_reconnect_attempts=1, reconnect_time_wait=INTERVAL_S,
+                error_cb=_quiet, name=f"aaco-instrument:{self.rec.pid}",
+            ), timeout)
+        except Exception:
+            self.nc = None
+            self.connect_failures += 1
+            self._next_connect = now + self._backoff
+            self._backoff = min(self._backoff * 2, BACKOFF_MAX_S)
+            return False
+        self.js = self.nc.jetstream()
+        self._backoff = INTERVAL_S
+        return True
+
+    async def _publish(self, msg: schema.Message) -> bool:
+        if self.js is None:
+            return False
+        try:
+            await self.js.publish(msg.subject, msg.payload, headers=msg.headers,
+                                              timeout=PUBLISH_TIMEOUT_S)
+            return True
+        except Exception:
+            return False
+
+    async def _publish_backlog(self, final: bool) -> None:
+        while self.backlog:
+            p = self.backlog[0]
+            if not await self._publish(p.msg):
+                self._age_backlog()
+                return
+            self.backlog.popleft()
+            self.backlog_rows -= p.rows
+            self.rec.published += p.rows
+
+    async def _publish_graphs(self) -> None:
+        from collectors.ort.graph import ModelError, load_graph
+
+        with self.rec.lock:
+            todo = [m for name, m in self.rec.models.items() if name not in self.graphs_done]
+        for m in todo:
+            if m.model_path is None:
+                self.graphs_done.add(m.model)
+                continue
+            try:
+                info = load_graph(m.model_path, m.model).info_table(self.rec.pid)
+            except Exception as e:  # e.g. a transient race with the program importing onnx
+                log.debug("graph_info of %s failed", m.model_path, exc_info=True)
+                tries = self.graph_tries[m.model] = self.graph_tries.get(m.model, 0) + 1
+                if isinstance(e, ModelError | OSError) or tries >= 3:
+                    self.graphs_done.add(m.model)
+                    self.rec.drop("error")
+                continue
+            msg = schema.encode("graph_info", info, host=self.host,
+                                msg_id=f"{self.prefix}:graph:{m.model}")
+            if await self._publish(msg):
+                self.graphs_done.add(m.model)
+
+    async def _publish_drops(self) -> None:
+        with self.rec.lock:
+            drops = dict(self.rec.drops)
+        if not drops or drops == self.drops_sent:
+            return
+        msg = schema.encode("gauge_sample", drops_batch(drops, self.rec.pid, time.time_ns()),
+                            host=self.host, msg_id=f"{self.prefix}:drops:{next(self.rec.seq)}")
+        if await self._publish(msg):
+            self.drops_sent = drops
+
+
+async def _quiet(e: Exception) -> None:
+    """nats-py's error callback: the instrumented program's logs stay clean."""
+    del e
