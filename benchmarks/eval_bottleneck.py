@@ -46,7 +46,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from collectors.proc.sampler import ProcSampler  # noqa: E402
-from exporter.schema import ITERATION_SPAN, KERNEL_SPAN, SCHED_SAMPLE  # noqa: E402
+from exporter.schema import KERNEL_SPAN, SCHED_SAMPLE, conform  # noqa: E402
 from stream_analytics.sii import SII  # noqa: E402
 
 SMI_DIR = ROOT / "tests" / "stream_analytics" / "testdata" / "smi"
@@ -357,7 +357,7 @@ def write_bundle(rec: Recording, out: Path) -> Path:
     for sub in ("model", "profiler", "telemetry", "metrics"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     n = len(rec.latencies_ns)
-    it_tab = pa.Table.from_pydict(
+    it_tab = pa.Table.from_batches([conform("iteration_span", pa.Table.from_pydict(
         {
             "start_ns": rec.iter_start_ns.tolist(),
             "end_ns": (rec.iter_start_ns + rec.latencies_ns).tolist(),
@@ -367,9 +367,7 @@ def write_bundle(rec: Recording, out: Path) -> Path:
             "pid": [os.getpid()] * n,
             "iteration": list(range(n)),
             "kernel_count": [0] * n,
-        },
-        schema=ITERATION_SPAN,
-    )
+        }))])
     pq.write_table(it_tab, out / "metrics" / "inference_iters.parquet")
     if rec.kernels is not None:
         pq.write_table(rec.kernels, out / "profiler" / "kernels.parquet")

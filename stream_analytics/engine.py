@@ -439,8 +439,10 @@ class Analytics:
         else:
             wall = w1 - w0
         row["busy_ns"], row["wall_ns"] = busy, wall
-        row["gpu_active_ratio"] = min(1.0, busy / wall) if wall > 0 else None
-        if its and st.node_count:
+        # Without any kernel span (an instrumented process publishes iterations
+        # only) KAR and the active ratio are unknown, not 0.
+        row["gpu_active_ratio"] = min(1.0, busy / wall) if wall > 0 and kcount else None
+        if its and st.node_count and kcount:
             row["kar"] = sum(r.kernels for r in its) / len(its) / st.node_count
         if its:
             lat = np.array([r.duration_ns for r in its], dtype=np.float64) / 1e9
