@@ -33,8 +33,13 @@ import pyarrow as pa
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
+# Imported here, in the thread that imports onnxruntime, never lazily in the
+# publisher thread: a submodule import there while the program's main thread
+# imports the parent package deadlocks the two (Python raises _DeadlockError
+# in one of them, possibly the program's).
+from collectors.ort.graph import ModelError, load_graph
 from exporter import schema
-from exporter.instrument.recorder import Recorder, Row
+from exporter.instrument.recorder import Recorder, Row, SessionMeta
 
 INTERVAL_S = 0.25
 BATCH_ROWS = 8192
@@ -119,6 +124,24 @@ class Publisher:
 
     # -- thread control (any thread) ----------------------------------------------
     def start(self) -> None:
+        """Warm the encode path in the calling thread, then start publishing.
+
+        pyarrow imports pandas lazily on first use; doing that here, in the
+        thread that imported onnxruntime, keeps the publisher thread from
+        importing packages the program's main thread may be importing at the
+        same moment. (Our own modules are imported at the top of this module
+        for the same reason: a submodule imported in the publisher thread
+        while the main thread imports its parent package deadlocks the two,
+        and Python raises ``_DeadlockError`` in one of them, possibly the
+        program's.)
+        """
+        with contextlib.suppress(Exception):
+            meta = SessionMeta("warm", "warm.onnx", "CPUExecutionProvider", iter(()))
+            row: Row = (0, 1, 0, meta, 0, 1, 1, 1)  # one row: empty batches import nothing
+            schema.encode("iteration_span", iteration_batch([row], self.rec.pid),
+                          host=self.host, msg_id="warm")
+            schema.encode("gauge_sample", drops_batch({"warm": 0}, self.rec.pid, 0),
+                          host=self.host, msg_id="warm")
         self.thread.start()
 
     def stop(self, timeout_s: float) -> bool:
@@ -269,8 +292,6 @@ class Publisher:
             self.rec.published += p.rows
 
     async def _publish_graphs(self) -> None:
-        from collectors.ort.graph import ModelError, load_graph
-
         with self.rec.lock:
             todo = [m for name, m in self.rec.models.items() if name not in self.graphs_done]
         for m in todo:

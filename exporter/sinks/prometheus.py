@@ -108,6 +108,8 @@ class PromState:
                     k = (row["host"], str(row["pid"] if row["pid"] is not None else ""),
                          row["model"] or "")
                     self.analytics[k] = (now, row)
+                    if k[2] and k[1]:  # the engine replaced the pid's sched-only key
+                        self.analytics.pop((k[0], k[1], ""), None)
             elif signal == "sched_sample":
                 self._sched(host, batch, now)
             elif signal == "gauge_sample":

@@ -53,3 +53,20 @@ def test_sched_series_carry_the_main_threads_comm() -> None:
         "involuntary_switches": [0, 0]})))
     got = _scrape(st)["aaco_sched_runqueue_wait_seconds_total"]
     assert got == [{"host": "a", "pid": "10", "comm": "vllm"}]
+
+
+def test_a_model_result_replaces_the_pids_sched_only_series() -> None:
+    """When a pid first seen by its scheduler samples (model "") gets results
+    for a model, its model-less series go at once, so SII is not doubled."""
+    st = PromState()
+
+    def result(model: str | None) -> pa.RecordBatch:
+        return schema.conform("analytics_result", pa.table({
+            "ts_ns": [1], "host": ["a"], "model": [model], "pid": [10], "iterations": [0],
+            "kernel_count": [0], "kernel_spans_total": [0], "iterations_total": [0],
+            "sii": [0.1], "comm": ["srv"]}))
+
+    st.ingest("analytics_result", "a", result(None))
+    st.ingest("analytics_result", "a", result("m"))
+    got = _scrape(st)["aaco_scheduler_interference_ratio"]
+    assert got == [{"host": "a", "model": "m", "pid": "10", "comm": "srv"}]
