@@ -346,6 +346,9 @@ class Analytics:
             ("model", ""), ("pid", -1), ("iteration", -1),
             ("start_ns", 0), ("end_ns", 0), ("duration_ns", 0))]
         for model, pid, it, s, e, d in zip(*cols, strict=True):
+            if e < s or d < 0 or it < 0:  # malformed (e.g. a buggy instrumented process)
+                self.drops["bad_iteration_span"] += 1
+                continue
             key: Key = (host, int(pid), str(model))
             st = self._state(key)
             rec = st.pending.pop(int(it), None) or Rec(int(it), int(s), int(e), 0, max_end=int(s))

@@ -77,3 +77,16 @@ def test_checkpoint_keeps_comms_and_forgetting_settings() -> None:
     back = Analytics.from_dict(eng.to_dict())
     assert (back.sched_keys, back.forget_s, back.comms) == (True, 123.0, {("h", 41): "srv"})
     assert back.results().to_pylist()[0]["sii"] == pytest.approx(0.1)
+
+
+def test_malformed_iteration_spans_are_dropped_and_counted() -> None:
+    """An iteration span ending before it starts, with a negative duration or
+    a negative index is dropped and counted as bad_iteration_span; the good
+    rows of the same batch still count."""
+    eng = Analytics(window_s=30)
+    eng.ingest("iteration_span", "h", pa.table({
+        "model": ["m"] * 4, "pid": [1] * 4, "iteration": [0, 1, 2, -5],
+        "start_ns": [0, 100, 300, 400], "end_ns": [50, 90, 350, 450],
+        "duration_ns": [50, -10, 50, 50]}))
+    assert eng.drops["bad_iteration_span"] == 2
+    assert eng.keys[("h", 1, "m")].iterations_total == 2
