@@ -178,7 +178,7 @@ class Discovery:
                 continue
             ident = (proc.pid, int(proc.info["create_time"] * 1e9))
             alive.add(ident)
-            infos[proc.pid] = (proc.info["ppid"] or 0, proc.info["name"] or "", ident[1])
+            infos[proc.pid] = (proc.info["ppid"] or 0, (proc.info["name"] or "")[:15], ident[1])
             try:
                 reason = self._classify(proc, explicit, in_cgroup)
             except psutil.NoSuchProcess:
@@ -191,7 +191,8 @@ class Discovery:
                              f"({proc.info['name']}): {e.msg or 'permission denied'}")
                 continue
             if reason is not None:
-                found[proc.pid] = Target(proc.pid, proc.info["name"] or "", reason, ident[1])
+                found[proc.pid] = Target(proc.pid, (proc.info["name"] or "")[:15], reason,
+                                         ident[1])
         # descendants from one ppid map of this scan (psutil's children() would
         # walk every process again for each parent)
         kids_of: dict[int, list[int]] = {}

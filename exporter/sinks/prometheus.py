@@ -54,6 +54,20 @@ def prom_name(metric: str, unit: str, kind: str) -> str:
     return name
 
 
+COMM_LEN = 15
+"""The kernel's TASK_COMM_LEN - 1: a ``comm`` label value is never longer, so a
+hostile bus producer cannot put a long string into a label."""
+
+
+def comm_label(comm: object) -> str:
+    """``comm`` as a bounded label value (at most :data:`COMM_LEN` characters).
+
+    >>> comm_label("python3.11-with-a-long-name")
+    'python3.11-with'
+    """
+    return str(comm or "")[:COMM_LEN]
+
+
 def label_name(key: str) -> str:
     """Attribute key to label name (``hw.gpu.task`` -> ``hw_gpu_task``)."""
     out = _BAD.sub("_", key)
@@ -147,7 +161,7 @@ class PromState:
                                       strict=True):
                 s = self.sched[(host, str(pid))]
                 if comm and (not s.comm or tid == pid):
-                    s.comm = comm
+                    s.comm = comm_label(comm)
         hist = t.column("runq_hist_log2_ns")
         if hist.null_count < len(hist):
             for pid, h in zip(t.column("pid").to_pylist(), hist.to_pylist(), strict=True):
@@ -238,7 +252,7 @@ class PromState:
                 if r.get(col) is not None:
                     fam.add_metric(lv, float(r[col]))
             if r.get("sii") is not None:
-                sii.add_metric([*lv, r.get("comm") or ""], float(r["sii"]))
+                sii.add_metric([*lv, comm_label(r.get("comm"))], float(r["sii"]))
             for stat in ("mean", "p50", "p99"):
                 v = r.get(f"latency_{stat}_s")
                 if v is not None:
@@ -289,7 +303,8 @@ class PromState:
                                  labels=["host", "pid", "comm", "reason"])
         for host, (_, rows) in sorted(self.processes.items()):
             for r in rows:
-                info.add_metric([host, str(r["pid"]), r["comm"], r["reason"]], 1.0)
+                info.add_metric([host, str(r["pid"]), comm_label(r["comm"]),
+                                 str(r["reason"])[:32]], 1.0)
         yield info
 
     def _collect_gauges(self) -> Iterator[Metric]:
