@@ -63,11 +63,12 @@ def test_daemon_without_model_discovers_an_instrumented_server_and_exports_its_r
     watched; once it exits, discovery drops it."""
     nats_port, metrics_port = free_port(), free_port()
     env = dict(cli_env, AACO_NATS_URL=f"nats://127.0.0.1:{nats_port}", AACO_HOST=HOST)
+    log = (tmp_path / "daemon.log").open("wb")
     daemon = subprocess.Popen(
         [aaco, "run", "--nats-listen", f"127.0.0.1:{nats_port}", "--metrics-addr",
          f"127.0.0.1:{metrics_port}", "--host", HOST, "--watch-interval", "0.5",
          "--window", "120", "--state-dir", str(tmp_path / "nats"), "--log-level", "WARNING"],
-        env=cli_env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "daemon.log", "wb"))
+        env=cli_env, stdout=subprocess.DEVNULL, stderr=log)
     loop = None
     try:
         deadline = time.monotonic() + 30
@@ -131,3 +132,4 @@ def test_daemon_without_model_discovers_an_instrumented_server_and_exports_its_r
             daemon.wait(30)
         except subprocess.TimeoutExpired:
             daemon.kill()
+        log.close()
