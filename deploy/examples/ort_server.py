@@ -13,6 +13,7 @@ The default model is the one the ``magika`` PyPI package ships.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import threading
@@ -69,10 +70,8 @@ def main() -> None:
         def load() -> None:
             url = f"http://127.0.0.1:{a.port}/infer"
             while True:
-                try:
+                with contextlib.suppress(OSError):
                     urllib.request.urlopen(url, timeout=5).read()
-                except OSError:
-                    pass
                 time.sleep(1.0 / a.self_load)
 
         threading.Thread(target=load, daemon=True).start()
