@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -129,12 +130,19 @@ def run(
     nats_tls_key: Annotated[str | None, typer.Option()] = None,
     web_config_file: Annotated[str | None, typer.Option(
         help="TLS / basic auth for /metrics (Prometheus exporter-toolkit format)")] = None,
-    otlp_endpoint: Annotated[str | None, typer.Option(help="export spans+metrics via OTLP")] = None,
-    otlp_protocol: Annotated[str, typer.Option(help="grpc or http/protobuf")] = "grpc",
-    otlp_header: Annotated[list[str], typer.Option(help="KEY=VALUE header")] = [],  # noqa: B006
-    otlp_insecure: Annotated[bool, typer.Option(help="no TLS to the OTLP endpoint")] = False,
-    otlp_ca: Annotated[str | None, typer.Option(help="CA file for OTLP TLS")] = None,
-    otlp_compression: Annotated[str, typer.Option(help="gzip or none")] = "none",
+    otlp_endpoint: Annotated[str | None, typer.Option(
+        help="export spans+metrics via OTLP (else OTEL_EXPORTER_OTLP_ENDPOINT)")] = None,
+    otlp_protocol: Annotated[str | None, typer.Option(
+        help="grpc or http/protobuf (else OTEL_EXPORTER_OTLP_PROTOCOL; default grpc)")] = None,
+    otlp_header: Annotated[list[str], typer.Option(
+        help="KEY=VALUE header (else OTEL_EXPORTER_OTLP_HEADERS)")] = [],  # noqa: B006
+    otlp_insecure: Annotated[bool | None, typer.Option(
+        "--otlp-insecure/--otlp-secure",
+        help="no TLS to the OTLP endpoint (else OTEL_EXPORTER_OTLP_INSECURE)")] = None,
+    otlp_ca: Annotated[str | None, typer.Option(
+        help="CA file for OTLP TLS (else OTEL_EXPORTER_OTLP_CERTIFICATE)")] = None,
+    otlp_compression: Annotated[str | None, typer.Option(
+        help="gzip or none (else OTEL_EXPORTER_OTLP_COMPRESSION; default none)")] = None,
     otlp_bus: Annotated[bool, typer.Option(help="publish OTLP protobuf on aaco.v1.otlp.*")] = False,
     watch: Annotated[str | None, typer.Option(
         help="auto: discover inference processes (GPU device fds, ORT/HIP/torch libraries); "
@@ -201,21 +209,23 @@ def run(
         if not host_name.strip():
             _fail("--host must not be empty")
         opts.host = host_name
-    if otlp_endpoint:
-        from exporter.sinks.otlp import OtlpConfig
-
+    flags: dict[str, object] = {k: v for k, v in (
+        ("endpoint", otlp_endpoint), ("protocol", otlp_protocol), ("insecure", otlp_insecure),
+        ("ca_file", otlp_ca), ("compression", otlp_compression)) if v is not None}
+    if otlp_header:
         headers = {}
         for h in otlp_header:
             k, sep, v = h.partition("=")
             if not sep:
                 _fail(f"--otlp-header {h!r} is not KEY=VALUE")
             headers[k] = v
-        try:
-            opts.otlp = OtlpConfig(endpoint=otlp_endpoint, protocol=otlp_protocol,  # type: ignore[arg-type]
-                                   headers=headers, insecure=otlp_insecure, ca_file=otlp_ca,
-                                   compression=otlp_compression)  # type: ignore[arg-type]
-        except ValueError as e:
-            _fail(str(e))
+        flags["headers"] = headers
+    try:  # flags > OTEL_* environment > defaults; OTLP on when an endpoint is known
+        from exporter.sinks.otel_env import build_otlp_config
+
+        opts.otlp = build_otlp_config(flags, os.environ)
+    except ValueError as e:
+        _fail(str(e))
     try:
         asyncio.run(run_daemon(opts, cfg))
     except (ModelError, InputError, BusError, NatsServerError, WebConfigError, OSError) as e:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -89,6 +89,15 @@ class OtlpConfig:
     export_interval_s: float = 10.0
     max_resources: int = 32
     max_queue_size: int = 65_536
+    resource_attributes: Mapping[str, str] = field(default_factory=dict)  # extra resource attrs
+    endpoint_is_signal_url: bool = False  # HTTP: endpoint is the full per-signal URL
+    per_signal: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Field values that win for one signal (``traces`` or ``metrics``), from
+    ``OTEL_EXPORTER_OTLP_<SIGNAL>_*`` (:mod:`exporter.sinks.otel_env`)."""
+
+    def for_signal(self, signal: str) -> OtlpConfig:
+        """This config with ``signal``'s overrides applied (and none left)."""
+        return replace(self, **dict(self.per_signal.get(signal, {})), per_signal={})
 
     def __post_init__(self) -> None:
         if self.protocol not in ("grpc", "http/protobuf"):
@@ -114,6 +123,8 @@ def _http_url(cfg: OtlpConfig, suffix: str) -> str:
     base = cfg.endpoint or "http://localhost:4318"
     if "://" not in base:
         base = ("http://" if cfg.insecure else "https://") + base
+    if cfg.endpoint_is_signal_url and cfg.endpoint:
+        return base  # a per-signal endpoint is the whole URL (OTLP exporter spec)
     return base.rstrip("/") + suffix
 
 
@@ -153,7 +164,9 @@ def _http_kwargs(cfg: OtlpConfig, suffix: str) -> dict[str, Any]:
 
 
 def span_exporter(cfg: OtlpConfig) -> SpanExporter:
-    """An ``OTLPSpanExporter`` (gRPC or HTTP/protobuf) configured from ``cfg``."""
+    """An ``OTLPSpanExporter`` (gRPC or HTTP/protobuf) configured from ``cfg``
+    (its ``traces`` overrides applied)."""
+    cfg = cfg.for_signal("traces")
     if cfg.protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
@@ -166,7 +179,9 @@ def span_exporter(cfg: OtlpConfig) -> SpanExporter:
 
 
 def metric_exporter(cfg: OtlpConfig) -> MetricExporter:
-    """An ``OTLPMetricExporter`` (gRPC or HTTP/protobuf) configured from ``cfg``."""
+    """An ``OTLPMetricExporter`` (gRPC or HTTP/protobuf) configured from ``cfg``
+    (its ``metrics`` overrides applied)."""
+    cfg = cfg.for_signal("metrics")
     if cfg.protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 
@@ -294,7 +309,8 @@ class OtlpSink:
             model = agent = None
         if key not in self._tracers:
             items = op.resource_items(host, model, agent, self.config.service_name)
-            resource = Resource.create({k: v for k, v in items if v is not None})
+            resource = Resource.create({**self.config.resource_attributes,
+                                        **{k: v for k, v in items if v is not None}})
             tp = TracerProvider(sampler=ALWAYS_ON, resource=resource, shutdown_on_exit=False)
             tp.add_span_processor(
                 BatchSpanProcessor(
@@ -410,7 +426,8 @@ class OtlpSink:
             )
             mp = MeterProvider(
                 metric_readers=[reader],
-                resource=Resource.create({k: v for k, v in items if v is not None}),
+                resource=Resource.create({**self.config.resource_attributes,
+                                          **{k: v for k, v in items if v is not None}}),
                 shutdown_on_exit=False,
             )
             self._meters[host] = mp
