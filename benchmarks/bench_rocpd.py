@@ -66,7 +66,8 @@ def inputs(rows: int) -> tuple[Path, Path, int]:
                  for n in CSV_NAMES])) as w:
             for b in rocpd.iter_query(db, rocpd.KERNEL_SQL, engine="sqlite3",
                                       types={"kernel_name": pa.string()}):
-                w.write_batch(b.rename_columns([CSV_NAMES[n] for n in b.schema.names]))
+                w.write_batch(pa.RecordBatch.from_arrays(
+                    [b.column(n) for n in CSV_NAMES], names=list(CSV_NAMES.values())))
         csv.with_suffix(".tmp").rename(csv)
     n = next(iter(rocpd.iter_query(db, "SELECT count(*) AS n FROM kernels")))["n"][0].as_py()
     return db, csv, int(n)
