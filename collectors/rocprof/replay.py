@@ -10,9 +10,11 @@ HIP API traces in the *same directory* with the same run prefix
 (:mod:`collectors.rocprof.launch`). A rocprofv3 CSV in a directory named by
 digits takes that number as ``pid``.
 
-Non-kernel files (stats, counters, memory copies...) are skipped; a
-``.csv``/``.json``/``.json.gz`` file of unknown format, or an unreadable
-one, is counted in ``rejects`` (``unknown_format``/``io_error``) and
+A rocpd database (``.db``, :mod:`collectors.rocprof.rocpd`) carries its own HIP
+API calls and is joined inside. Non-kernel files (stats, counters, memory
+copies...) are skipped; a ``.csv``/``.json``/``.json.gz``/``.db`` file of
+unknown format (or a rocpd database of an unsupported schema version), or an
+unreadable one, is counted in ``rejects`` (``unknown_format``/``io_error``) and
 skipped; other extensions in a directory are ignored.
 """
 
@@ -25,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collectors.base import Emit
+from collectors.rocprof import rocpd
 from collectors.rocprof.csvstream import DEFAULT_BLOCK
 from collectors.rocprof.formats import KERNEL_FORMATS, UnknownFormat, detect
 from collectors.rocprof.jsonfmt import iter_kineto, iter_kineto_json, iter_rocprofv3_json
@@ -32,7 +35,7 @@ from collectors.rocprof.kernels import SPECS, iter_csv_kernel_spans
 from collectors.rocprof.launch import LaunchIndex, launch_calls, read_api_trace
 from collectors.rocprof.rejects import Rejects
 
-_SUFFIXES = (".csv", ".json", ".json.gz")
+_SUFFIXES = (".csv", ".json", ".json.gz", ".db")
 
 
 def iter_file_spans(
@@ -56,6 +59,8 @@ def iter_file_spans(
         yield from iter_rocprofv3_json(path, rejects)
     elif fmt == "kineto_json":
         yield from iter_kineto_json(path, rejects)
+    elif fmt == "rocpd":
+        yield from rocpd.iter_kernel_spans(path, rejects)
     else:
         raise ValueError(f"{path}: {fmt} has no kernel dispatches")
 
@@ -115,16 +120,26 @@ def _hip_api_files(directory: Path, formats: dict[Path, str]) -> list[Path]:
 
 def hip_api_table(paths: Sequence[Path], rejects: Rejects | None = None,
                   offset_ns: int = 0) -> pa.Table | None:
-    """Every HIP API call in the rocprofv3 API trace CSVs among ``paths`` (files
-    or directories) as ``start_ns, end_ns, pid, tid, correlation_id, function``
+    """Every HIP API call in the rocprofv3 API trace CSVs and rocpd databases
+    (``regions`` of category ``HIP*``) among ``paths`` (files or directories)
+    as ``start_ns, end_ns, pid, tid, correlation_id, function``
     for the Perfetto trace, times moved by ``offset_ns`` (the kernels' clock
     offset, :mod:`collectors.rocprof.clock`); ``None`` when there is none.
     Bad rows are counted in ``rejects`` (file:line), as for kernels."""
     rejects = rejects if rejects is not None else Rejects()
     parts = []
-    dirs = sorted({f.parent for f in expand(paths)})
+    files = expand(paths)
+    dirs = sorted({f.parent for f in files})
     for f in (a for d in dirs for a in _hip_api_files(d, {})):
         t = read_api_trace(f, rejects, name=str(f))
+        if t.num_rows:
+            parts.append(t)
+    for f in (f for f in files if f.suffix == ".db"):
+        try:
+            t = rocpd.read_table(f, "api_calls")
+        except rocpd.RocpdError:
+            continue  # counted by load_paths
+        t = t.filter(pc.starts_with(t["domain"], "HIP"))
         if t.num_rows:
             parts.append(t)
     if not parts:
@@ -168,6 +183,8 @@ def load_paths(
             rejects.add("unknown_format", str(f), None, str(e).split("; known")[0])
         except OSError as e:
             rejects.add("io_error", str(f), None, str(e))
+        except rocpd.RocpdError as e:
+            rejects.add(e.reason, str(f), None, str(e))
     cache: dict[tuple[Path, str], LaunchIndex] = {}
     for f, fmt in formats.items():
         if fmt not in KERNEL_FORMATS:
@@ -189,3 +206,5 @@ def load_paths(
                 yield Emit("kernel_span", batch, f"rocprof:{f}:{i}")
         except OSError as e:
             rejects.add("io_error", str(f), None, str(e))
+        except rocpd.RocpdError as e:
+            rejects.add(e.reason, str(f), None, str(e))
