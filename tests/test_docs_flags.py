@@ -23,7 +23,9 @@ EXTERNAL = {  # flags of other tools the docs show, by tool
     "--store": "nats-server (--store_dir)", "--install": "helm upgrade --install",
     "--create-namespace": "helm", "--now": "systemctl enable --now",
     "--json": "rocm-smi / amd-smi", "--showmetrics": "rocm-smi",
-    "--output-format": "rocprofv3", "--strict": "mypy",
+    "--output-format": "rocprofv3", "--kernel-trace": "rocprofv3",
+    "--hip-runtime-trace": "rocprofv3", "--marker-trace": "rocprofv3",
+    "--collection-period": "rocprofv3", "--strict": "mypy",
 }
 
 
