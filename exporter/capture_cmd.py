@@ -25,7 +25,12 @@ from collectors.base import CollectorContext, available, create
 from collectors.rocprof.clock import ClockMapper
 from collectors.rocprof.rejects import Rejects
 from collectors.rocprof.replay import hip_api_table, load_paths
-from collectors.rocprof.runner import find_outputs, rocprofv3_available, rocprofv3_command
+from collectors.rocprof.runner import (
+    find_outputs,
+    rocprofv3_available,
+    rocprofv3_command,
+    rocprofv3_output_format,
+)
 from exporter import schema
 from exporter.bus import BusConfig
 from exporter.session import Session, gpu_collector
@@ -67,7 +72,10 @@ async def capture_command(cmd: Sequence[str], out_parent: Path, bus_cfg: BusConf
     prof_dir = out / "rocprof"
     prof_dir.mkdir(parents=True, exist_ok=True)
     use_rocprof = rocprofv3_available(rocprofv3)
-    argv = rocprofv3_command(prof_dir, cmd, rocprofv3=rocprofv3) if use_rocprof else list(cmd)
+    # rocpd (ROCm >= 7.0's default), or CSV from a rocprofv3 that has no rocpd
+    fmt = rocprofv3_output_format(rocprofv3) if use_rocprof else "csv"
+    argv = (rocprofv3_command(prof_dir, cmd, rocprofv3=rocprofv3, output_format=fmt)
+            if use_rocprof else list(cmd))
     pids: set[int] = set()
     sched = create("sched" if "sched" in available() else "proc",
                    CollectorContext(s.host, pids, {"interval_s": sched_interval_s}))

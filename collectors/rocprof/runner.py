@@ -13,6 +13,7 @@ either.
 from __future__ import annotations
 
 import shutil
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -44,6 +45,17 @@ def rocprofv3_command(
     if collection_period:
         argv += ["--collection-period", collection_period]
     return [*argv, "--", *cmd]
+
+
+def rocprofv3_output_format(name: str = "rocprofv3", timeout_s: float = 20.0) -> str:
+    """``rocpd`` when ``name --help`` lists it as an output format (rocprofv3
+    of ROCm >= 7.0), else ``csv`` (older releases, or a help that cannot be read)."""
+    try:
+        out = subprocess.run([name, "--help"], capture_output=True, text=True,
+                             timeout=timeout_s, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return "csv"
+    return "rocpd" if "rocpd" in out.stdout + out.stderr else "csv"
 
 
 def rocprofv3_available(name: str = "rocprofv3") -> bool:

@@ -23,11 +23,29 @@ EXE = str(Path(sys.executable).parent / "aaco-exporter")
 WORK = "import time\nt = time.time()\nwhile time.time() - t < 1.0: pass"
 
 
-def _capture(tmp_path: Path, path: str, code: str = WORK) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PATH=path)
+def _capture(tmp_path: Path, path: str, code: str = WORK,
+             **env_extra: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PATH=path, **env_extra)
     return subprocess.run([EXE, "capture", "--out", str(tmp_path), "--", sys.executable, "-c",
                            code], env=env, capture_output=True, text=True, timeout=180,
                           check=False)
+
+
+@pytest.mark.slow
+def test_a_rocprofv3_without_rocpd_is_asked_for_csv_and_its_kernels_reach_the_bundle(
+        tmp_path: Path) -> None:
+    """An older rocprofv3 (ROCm 6.x: `--help` lists no rocpd format) is asked
+    for CSV, which is still read: every dispatch reaches the bundle."""
+    r = _capture(tmp_path, f"{STAND_IN}:{os.environ['PATH']}",
+                 ROCPROFV3_DOUBLE_FORMATS="csv,json,pftrace")
+    assert r.returncode == 0, r.stderr
+    session = Path(r.stdout.strip().splitlines()[-1])
+    meta = json.loads((session / "session.json").read_text())
+    assert meta["argv"][meta["argv"].index("--output-format") + 1] == "csv"
+    assert not list((session / "rocprof").rglob("*.db"))
+    dispatches = sum(1 for line in FIXTURE.read_text().splitlines()
+                     if line.startswith('"KERNEL_DISPATCH"'))
+    assert pq.read_table(session / "profiler/kernels.parquet").num_rows == dispatches
 
 
 @pytest.mark.slow
