@@ -14,8 +14,32 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 Arr = np.ndarray[Any, Any]
+
+
+def kernel_join_time(t: pa.Table) -> Arr:
+    """Per kernel row of ``t`` (KERNEL_SPAN columns), the instant an iteration
+    must contain, int64 ns: the start of its HIP launch call, ``start_ns -
+    launch_delay_ns - launch_api_ns`` (the launch join's definitions,
+    :mod:`collectors.rocprof.launch`), or ``start_ns - launch_delay_ns``
+    (rocprof v1: the dispatch time) when only the delay is known, else
+    ``start_ns``. Missing columns count as unknown.
+
+    >>> kernel_join_time(pa.table({"start_ns": [100, 100, 100],
+    ...     "launch_api_ns": [5, None, None], "launch_delay_ns": [20, 30, None]})).tolist()
+    [75, 70, 100]
+    """
+    n = t.num_rows
+    out = np.asarray(t.column("start_ns").to_numpy(), np.int64).copy()
+    for name in ("launch_delay_ns", "launch_api_ns"):
+        if name in t.column_names and n:
+            c = t.column(name)
+            if c.null_count < n:
+                out -= np.asarray(pc.fill_null(c, 0).to_numpy(), np.int64)
+    return out
 
 
 def join_ranges(pid: Arr, t: Arr, r_pid: Arr, r_start: Arr, r_end: Arr,

@@ -54,7 +54,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from exporter.ranges import join_ranges
+from exporter.ranges import join_ranges, kernel_join_time
 from stream_analytics.sii import active_totals
 
 MICRO_KERNEL_NS = 10_000
@@ -79,19 +79,6 @@ _HELD = pa.schema([
 """Columns of a held (not yet attributed) kernel: ``t_ns`` is the join time
 (launch call start, else kernel start), ``arrived_ns`` the wall clock when the
 engine received it."""
-
-
-def join_time(t: pa.Table) -> np.ndarray[Any, Any]:
-    """Per kernel, the instant an iteration must contain (int64 ns): the start
-    of its HIP launch call, ``start_ns - launch_delay_ns - launch_api_ns`` (the
-    launch join's definitions, :mod:`collectors.rocprof.launch`), or
-    ``start_ns - launch_delay_ns`` (rocprof v1: the dispatch time) when only
-    the delay is known, else ``start_ns``."""
-    n = t.num_rows
-    start = _col(t, "start_ns", 0, n).to_numpy()
-    delay = _col(t, "launch_delay_ns", 0, n).to_numpy()
-    api = _col(t, "launch_api_ns", 0, n).to_numpy()
-    return np.asarray(start - delay - api, np.int64)
 
 
 @dataclass
@@ -396,7 +383,7 @@ class Analytics:
             "kernel_family": _col(held, "kernel_family", "other", m).cast(pa.string()),
             "launch_api_ns": _col(held, "launch_api_ns", None, m).cast(pa.int64()),
             "launch_delay_ns": _col(held, "launch_delay_ns", None, m).cast(pa.int64()),
-            "t_ns": join_time(held), "arrived_ns": np.full(m, now, np.int64),
+            "t_ns": kernel_join_time(held), "arrived_ns": np.full(m, now, np.int64),
         }, schema=_HELD)
         hp = pid[wait]
         pids = np.unique(hp).tolist()
@@ -413,7 +400,7 @@ class Analytics:
 
     def _resolve(self, host: str, pid: int, now: int, force: bool = False) -> list[pa.Table]:
         """Resolve the held kernels of (``host``, ``pid``) that can be: a kernel
-        whose join time (:func:`join_time`) lies in an indexed span
+        whose join time (:func:`~exporter.ranges.kernel_join_time`) lies in an indexed span
         ``[start_ns, end_ns]`` takes its iteration and model; one that no
         span holds once it is older than the grace (join time before the pid's
         watermark minus ``attribution_grace_s``, or received that long ago on
