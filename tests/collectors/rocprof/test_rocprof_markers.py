@@ -124,3 +124,40 @@ def test_replay_with_marker_trace_gives_exact_kar_from_gpu_kernels(tmp_path: Pat
     assert r["latency_mean_s"] == pytest.approx(64.5e-6)
     assert eng.drops["unattributed_kernel"] == 1
     assert list(eng.keys) == [("h", PID, "vecops")]
+
+
+def test_follower_emits_roctx_ranges_and_the_engine_joins_later_kernels(
+        tmp_path: Path) -> None:
+    """Live follow: the first poll sees the marker trace up to iteration 0 and
+    the whole kernel trace, so kernels 1-4 get iteration 0 in the parser and
+    5, 6, 11, 12 none; the second poll reads iteration 1 (numbering continues)
+    and the engine joins those kernels online: the same KAR as replay."""
+    from collectors.rocprof.follow import DirFollower
+
+    run = tmp_path / "host" / str(PID)
+    run.mkdir(parents=True)
+    lines = MARKERS.read_bytes().splitlines(keepends=True)
+    (run / "marker_api_trace.csv").write_bytes(b"".join(lines[:3]))
+    shutil.copy(DATA / "kernel_trace.csv", run / "kernel_trace.csv")
+    f = DirFollower(tmp_path)
+    first = f.poll()
+    assert [e.signal for e in first] == ["iteration_span", "kernel_span"]
+    assert first[0].batch.to_pylist()[0]["iteration"] == 0
+    k = first[1].batch
+    assert sorted(zip(k["dispatch_id"].to_pylist(), k["iteration"].to_pylist(),
+                      strict=True)) == [(1, 0), (2, 0), (3, 0), (4, 0), (5, None), (6, None),
+                                        (11, None), (12, None), (13, None)]
+    with (run / "marker_api_trace.csv").open("ab") as fh:
+        fh.write(b"".join(lines[3:]))
+    second = f.poll()
+    assert [(e.signal, e.batch.column("iteration").to_pylist()) for e in second] == [
+        ("iteration_span", [1])]
+    assert f.rejects.counts == {"overlapping_marker": 1}
+    eng = Analytics(window_s=60.0)
+    eng.ingest("graph_info", "h", pa.table({"model": ["vecops"], "node_count": [2]}))
+    for e in first + second:
+        eng.ingest(e.signal, "h", e.batch)
+    eng.settle()
+    r = eng.evaluate(("h", PID, "vecops"))
+    assert (r["iterations"], r["kernel_count"], r["kernels_per_iteration"], r["kar"],
+            r["kar_source"]) == (2, 9, 4.0, 2.0, "roctx")
