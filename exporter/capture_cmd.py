@@ -1,9 +1,11 @@
 """``aaco-exporter capture -- COMMAND ARGS``: profile any workload.
 
 The command runs under ``rocprofv3 --kernel-trace --hip-runtime-trace
---output-format csv`` when ``rocprofv3`` is on ``PATH`` (else as is, with
-scheduler data only). While it runs, the scheduler collector (``sched``:
-eBPF or /proc) watches its whole process tree. When it exits, the kernel
+--output-format rocpd`` (a rocpd SQLite database, read once the command
+has exited; CSV output is still read when the tool writes CSV) when
+``rocprofv3`` is on ``PATH`` (else as is, with scheduler data only). While
+it runs, the scheduler collector (``sched``: eBPF or /proc) watches its
+whole process tree. When it exits, the kernel
 traces rocprofv3 wrote are pushed through the same bus and analytics as
 ``replay`` (HIP launch API joined on the correlation id), and the same
 session bundle is written, with the rocprof outputs kept under ``rocprof/``.

@@ -232,11 +232,12 @@ def replay(
     """Push recorded rocprof/Kineto outputs through the bus and analytics."""
     from collectors.rocprof.formats import UnknownFormat
     from exporter.capture import format_summary
+    from exporter.replay import NothingToReplay
     from exporter.replay import replay as run_replay
 
     try:
         session, derived, rejects = asyncio.run(run_replay(paths, out, BusConfig(url=nats)))
-    except (FileNotFoundError, UnknownFormat, BusError, NatsServerError) as e:
+    except (FileNotFoundError, UnknownFormat, NothingToReplay, BusError, NatsServerError) as e:
         _fail(str(e))
         return
     typer.echo(format_summary(derived))

@@ -19,11 +19,18 @@ from exporter.bus import BusConfig
 from exporter.session import Session
 
 
+class NothingToReplay(ValueError):
+    """The inputs hold no kernel dispatch that could be read; the message names
+    the files and why (the first rejects, e.g. an unsupported rocpd version)."""
+
+
 async def replay(paths: Sequence[Path], out_parent: Path,
                  bus_cfg: BusConfig) -> tuple[Path, dict[str, Any], Rejects]:
     """Replay ``paths``; returns the session dir, derived metrics and rejects.
 
-    Raises ``FileNotFoundError`` for a path that does not exist.
+    Raises ``FileNotFoundError`` for a path that does not exist and
+    :class:`NothingToReplay` when no kernel dispatch could be read from them
+    (unreadable, unknown or empty input): no empty bundle is written.
     """
     for p in paths:
         if not Path(p).exists():
@@ -31,8 +38,9 @@ async def replay(paths: Sequence[Path], out_parent: Path,
     rejects = Rejects()
     s = await Session.open("replay", bus_cfg)
     try:
-        published = 0
+        published = rows = 0
         for emit in load_paths(list(paths), rejects):
+            rows += emit.batch.num_rows
             published += await s.bus.publish_table(emit.signal, emit.batch, emit.key)
             if published % 64 == 0:  # keep the backlog bounded
                 await s.consumer.step(timeout=0.01)
@@ -40,6 +48,9 @@ async def replay(paths: Sequence[Path], out_parent: Path,
         await s.drain()
     finally:
         await s.close()
+    if rows == 0:
+        why = "; ".join(e for ex in rejects.examples.values() for e in ex) or "no kernel dispatches"
+        raise NothingToReplay(f"replay: nothing to replay in {', '.join(map(str, paths))}: {why}")
     out = out_parent / f"{s.id}_replay"
     derived = s.write_trace_bundle(out, {"kind": "replay", "inputs": [str(p) for p in paths]},
                                    rejects, hip_api_table([Path(p) for p in paths]))

@@ -1,8 +1,10 @@
 """``rocprof`` collector: kernel spans from rocprofv3 / rocprof / rocprof-compute
 / Kineto outputs, live (directory follow) or replayed.
 
-Options: ``dir`` (directory rocprofv3 writes into, required) and
-``interval_s`` (poll period, default 1.0). See ``README.md`` in this folder.
+Options: ``dir`` (directory rocprofv3 writes into, required),
+``interval_s`` (poll period, default 1.0) and ``settle_s`` (seconds a rocpd
+``.db`` must keep its size and mtime, with no ``-journal``/``-wal`` beside it,
+before it is read; default 2.0). See ``README.md`` in this folder.
 
 Public API for the daemon / CLI:
 
@@ -42,7 +44,8 @@ class RocprofCollector:
         self.ctx = ctx
         self.interval_s = float(ctx.options.get("interval_s", 1.0))
         self.rejects = Rejects()
-        self.follower = DirFollower(Path(str(ctx.options["dir"])), self.rejects)
+        self.follower = DirFollower(Path(str(ctx.options["dir"])), self.rejects,
+                                    settle_s=float(ctx.options.get("settle_s", 2.0)))
         self.clock = ClockMapper()
 
     def collect(self) -> Iterable[Emit]:

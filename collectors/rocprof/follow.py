@@ -18,10 +18,21 @@ one read chunk. A file that
 shrinks (rewritten) is re-read from the start. Emit keys are
 ``"rocprof:<file>:<byte offset>:<i>"``: the same bytes always get the same
 key, so a re-publish after a restart is deduplicated by JetStream.
+
+rocpd databases (``*.db``) are read once, whole, and only when complete
+(:func:`db_complete`): no ``-journal``/``-wal`` sidecar (SQLite keeps one while
+a write transaction is open) and the same size and mtime for ``settle_s``
+seconds (default 2) over successive polls; an empty file is never complete.
+Reading opens them read-only (:mod:`collectors.rocprof.rocpd`). Keys are
+``"rocprof:<file>:db<mtime ns>:<i>"``; a database that changes after it was
+read (rocprofv3 does not rewrite its output) is read again. One with an
+unsupported schema version is counted (``unknown_format``) and skipped.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,7 +51,33 @@ from collectors.rocprof.markers import (
 )
 from collectors.rocprof.rejects import Rejects
 from collectors.rocprof.replay import run_prefix
+from collectors.rocprof.rocpd import RocpdError, iter_kernel_spans
 from exporter.schema import conform
+
+SIDECARS = ("-journal", "-wal")
+"""SQLite files beside ``X.db`` (``X.db-journal``, ``X.db-wal``) while it is written."""
+
+
+def has_sidecar(db: Path) -> bool:
+    """Whether a rollback journal or WAL file sits beside ``db``."""
+    return any(db.with_name(db.name + s).exists() for s in SIDECARS)
+
+
+def db_complete(db: Path, seen: tuple[int, int, float] | None, now: float,
+                settle_s: float) -> tuple[bool, tuple[int, int, float] | None]:
+    """Completeness rule for a rocpd database rocprofv3 may still be writing.
+
+    ``seen`` is what the previous call returned (``(size, mtime_ns, since)``);
+    returns ``(complete, new seen)``. Complete = no sidecar (:func:`has_sidecar`),
+    size > 0, and size and mtime unchanged since a time at least ``settle_s``
+    before ``now``. Raises ``OSError`` when ``db`` cannot be stat'ed."""
+    if has_sidecar(db):
+        return False, None
+    st = db.stat()
+    key = (st.st_size, st.st_mtime_ns)
+    if st.st_size == 0 or seen is None or seen[:2] != key:
+        return False, (*key, now)
+    return now - seen[2] >= settle_s, seen
 
 
 @dataclass
@@ -53,7 +90,8 @@ class _FileState:
 
 
 class DirFollower:
-    """Tail every ``*.csv`` under ``root``; see the module doc."""
+    """Tail every ``*.csv`` and read every complete ``*.db`` under ``root``;
+    see the module doc."""
 
     def __init__(
         self,
@@ -63,6 +101,8 @@ class DirFollower:
         max_chunk: int = 64 << 20,
         max_launches: int = 1_000_000,
         max_ranges: int = 100_000,
+        settle_s: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.root = root
         self.rejects = rejects if rejects is not None else Rejects()
@@ -73,6 +113,10 @@ class DirFollower:
         self.ranges: dict[tuple[Path, str], pa.Table] = {}  # run -> iteration ranges
         self.next_index: dict[tuple[Path, str], dict[int, int]] = {}  # run -> pid -> next
         self._files: dict[Path, _FileState] = {}
+        self.settle_s = settle_s
+        self.clock = clock
+        self._dbs: dict[Path, tuple[int, int, float] | None] = {}
+        self._dbs_read: dict[Path, tuple[int, int]] = {}
 
     def _read_new(self, path: Path, st: _FileState) -> tuple[bytes, int] | None:
         """(complete new lines, their byte offset) or None."""
@@ -151,6 +195,32 @@ class DirFollower:
                         t, _ = attribute_kernels(pa.Table.from_batches([batch]), ranges)
                         batch = conform("kernel_span", t)
                     out.append(Emit("kernel_span", batch, f"rocprof:{p}:{at}:{i}"))
+        return out + self._poll_dbs()
+
+    def _poll_dbs(self) -> list[Emit]:
+        """Emits of the rocpd databases that became complete (:func:`db_complete`)."""
+        out: list[Emit] = []
+        try:
+            dbs = sorted(p for p in self.root.rglob("*.db") if p.is_file())
+        except OSError as e:
+            self.rejects.add("io_error", str(self.root), None, str(e))
+            return out
+        now = self.clock()
+        for p in dbs:
+            try:
+                done, self._dbs[p] = db_complete(p, self._dbs.get(p), now, self.settle_s)
+            except OSError as e:
+                self.rejects.add("io_error", str(p), None, str(e))
+                continue
+            seen = self._dbs[p]
+            if not done or seen is None or self._dbs_read.get(p) == seen[:2]:
+                continue
+            self._dbs_read[p] = (seen[0], seen[1])
+            try:
+                for i, batch in enumerate(iter_kernel_spans(p, self.rejects)):
+                    out.append(Emit("kernel_span", batch, f"rocprof:{p}:db{seen[1]}:{i}"))
+            except RocpdError as e:
+                self.rejects.add(e.reason, str(p), None, str(e))
         return out
 
     def _markers(self, p: Path, chunk: bytes, base: int, at: int,

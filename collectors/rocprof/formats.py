@@ -1,7 +1,9 @@
 """Format detection for rocprof-family outputs.
 
 :func:`detect` looks at a file's first bytes (gunzipped for ``.gz``): JSON
-by its top-level key, CSV by its header columns. A file it cannot place
+by its top-level key, CSV by its header columns, a rocpd database by the SQLite
+magic header plus the presence of ``rocpd_*`` tables (its schema version is
+checked when it is read, :mod:`collectors.rocprof.rocpd`). A file it cannot place
 raises :class:`UnknownFormat` naming every format in :data:`KNOWN`.
 
 >>> detect_header(["Kind", "Agent_Id", "Queue_Id", "Stream_Id", "Kernel_Name",
@@ -14,10 +16,14 @@ raises :class:`UnknownFormat` naming every format in :data:`KNOWN`.
 from __future__ import annotations
 
 import gzip
+import sqlite3
+import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
 
 from collectors.rocprof.csvstream import read_header
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
 
 KNOWN: dict[str, str] = {
     "rocprofv3_kernel_trace": "rocprofv3 *_kernel_trace.csv (current: 'Agent 4' + Stream_Id; "
@@ -34,6 +40,8 @@ KNOWN: dict[str, str] = {
     "(Dispatch_ID,Kernel_Name,Start_Timestamp,End_Timestamp)",
     "rocprofv3_json": "rocprofv3 --output-format json (top key 'rocprofiler-sdk-tool')",
     "kineto_json": "Kineto / PyTorch profiler Chrome trace JSON(.gz) with 'traceEvents'",
+    "rocpd": "rocprofv3 rocpd SQLite database (default output since ROCm 7.0, "
+    "*_results.db; schema_version 3)",
 }
 """Format id -> human description (also the text of :class:`UnknownFormat`)."""
 
@@ -44,6 +52,7 @@ KERNEL_FORMATS = frozenset(
         "rocprof_compute_timestamps",
         "rocprofv3_json",
         "kineto_json",
+        "rocpd",
     }
 )
 """Formats that carry kernel dispatches (-> ``kernel_span``)."""
@@ -101,6 +110,8 @@ def detect(path: Path) -> str:
         if isinstance(e, FileNotFoundError):
             raise
         raise UnknownFormat(str(path), f"unreadable: {e}") from e
+    if head.startswith(SQLITE_MAGIC):
+        return _detect_sqlite(path)
     stripped = head.lstrip()
     if stripped[:1] in (b"{", b"["):
         if b'"rocprofiler-sdk-tool"' in head:
@@ -115,3 +126,20 @@ def detect(path: Path) -> str:
         first = head.split(b"\n", 1)[0][:120].decode("utf-8", "replace")
         raise UnknownFormat(str(path), f"header {first!r}")
     return fmt
+
+
+def _detect_sqlite(path: Path) -> str:
+    """``"rocpd"`` for a SQLite file with ``rocpd_*`` tables (opened read-only)."""
+    try:
+        con = sqlite3.connect("file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro",
+                              uri=True)
+        try:
+            n = con.execute("SELECT count(*) FROM sqlite_master WHERE type IN "
+                            "('table', 'view') AND name LIKE 'rocpd%'").fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.Error as e:
+        raise UnknownFormat(str(path), f"unreadable SQLite database: {e}") from e
+    if not n:
+        raise UnknownFormat(str(path), "SQLite database without rocpd tables")
+    return "rocpd"

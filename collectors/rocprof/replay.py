@@ -13,9 +13,11 @@ digits takes that number as ``pid``. Marker traces with the same run prefix
 ranges become ``iteration_span`` emits (``source`` ``roctx``) and set the
 kernels' ``iteration`` and ``model`` (:mod:`collectors.rocprof.markers`).
 
-Non-kernel files (stats, counters, memory copies...) are skipped; a
-``.csv``/``.json``/``.json.gz`` file of unknown format, or an unreadable
-one, is counted in ``rejects`` (``unknown_format``/``io_error``) and
+A rocpd database (``.db``, :mod:`collectors.rocprof.rocpd`) carries its own HIP
+API calls and is joined inside. Non-kernel files (stats, counters, memory
+copies...) are skipped; a ``.csv``/``.json``/``.json.gz``/``.db`` file of
+unknown format (or a rocpd database of an unsupported schema version), or an
+unreadable one, is counted in ``rejects`` (``unknown_format``/``io_error``) and
 skipped; other extensions in a directory are ignored.
 """
 
@@ -30,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collectors.base import Emit
+from collectors.rocprof import rocpd
 from collectors.rocprof.csvstream import DEFAULT_BLOCK
 from collectors.rocprof.formats import KERNEL_FORMATS, UnknownFormat, detect
 from collectors.rocprof.jsonfmt import iter_kineto, iter_kineto_json, iter_rocprofv3_json
@@ -45,7 +48,7 @@ from collectors.rocprof.markers import (
 from collectors.rocprof.rejects import Rejects
 from exporter.schema import conform
 
-_SUFFIXES = (".csv", ".json", ".json.gz")
+_SUFFIXES = (".csv", ".json", ".json.gz", ".db")
 
 
 def iter_file_spans(
@@ -69,6 +72,8 @@ def iter_file_spans(
         yield from iter_rocprofv3_json(path, rejects)
     elif fmt == "kineto_json":
         yield from iter_kineto_json(path, rejects)
+    elif fmt == "rocpd":
+        yield from rocpd.iter_kernel_spans(path, rejects)
     else:
         raise ValueError(f"{path}: {fmt} has no kernel dispatches")
 
@@ -146,16 +151,26 @@ def _hip_api_files(directory: Path, formats: dict[Path, str]) -> list[Path]:
 
 def hip_api_table(paths: Sequence[Path], rejects: Rejects | None = None,
                   offset_ns: int = 0) -> pa.Table | None:
-    """Every HIP API call in the rocprofv3 API trace CSVs among ``paths`` (files
-    or directories) as ``start_ns, end_ns, pid, tid, correlation_id, function``
+    """Every HIP API call in the rocprofv3 API trace CSVs and rocpd databases
+    (``regions`` of category ``HIP*``) among ``paths`` (files or directories)
+    as ``start_ns, end_ns, pid, tid, correlation_id, function``
     for the Perfetto trace, times moved by ``offset_ns`` (the kernels' clock
     offset, :mod:`collectors.rocprof.clock`); ``None`` when there is none.
     Bad rows are counted in ``rejects`` (file:line), as for kernels."""
     rejects = rejects if rejects is not None else Rejects()
     parts = []
-    dirs = sorted({f.parent for f in expand(paths)})
+    files = expand(paths)
+    dirs = sorted({f.parent for f in files})
     for f in (a for d in dirs for a in _hip_api_files(d, {})):
         t = read_api_trace(f, rejects, name=str(f))
+        if t.num_rows:
+            parts.append(t)
+    for f in (f for f in files if f.suffix == ".db"):
+        try:
+            t = rocpd.read_table(f, "api_calls")
+        except rocpd.RocpdError:
+            continue  # counted by load_paths
+        t = t.filter(pc.starts_with(t["domain"], "HIP"))
         if t.num_rows:
             parts.append(t)
     if not parts:
@@ -205,6 +220,8 @@ def load_paths(
             rejects.add("unknown_format", str(f), None, str(e).split("; known")[0])
         except OSError as e:
             rejects.add("io_error", str(f), None, str(e))
+        except rocpd.RocpdError as e:
+            rejects.add(e.reason, str(f), None, str(e))
     cache: dict[tuple[Path, str], LaunchIndex] = {}
     markers: dict[tuple[Path, str], tuple[pa.Table, Path] | None] = {}
     for f, fmt in formats.items():
@@ -237,3 +254,5 @@ def load_paths(
                            f"rocprof:{ranges[1]}:roctx")
         except OSError as e:
             rejects.add("io_error", str(f), None, str(e))
+        except rocpd.RocpdError as e:
+            rejects.add(e.reason, str(f), None, str(e))

@@ -1,9 +1,13 @@
 """Running a command under ``rocprofv3`` and finding what it wrote.
 
 ``rocprofv3 -d DIR -o NAME --kernel-trace --hip-runtime-trace
---output-format csv -- CMD...`` writes ``DIR/<hostname>/<pid>/NAME_kernel_trace.csv``
-and ``NAME_hip_api_trace.csv`` (``%hostname%/%pid%`` are rocprofv3's
-default sub-directories when ``-d`` is given).
+--output-format rocpd -- CMD...`` writes the rocpd SQLite database
+``DIR/<hostname>/<pid>/NAME_results.db`` (rocpd is rocprofv3's default and only
+non-deprecated format since ROCm 7.0); with ``--output-format csv`` (ROCm 6.x,
+whose rocprofv3 has no rocpd) it writes ``NAME_kernel_trace.csv`` and
+``NAME_hip_api_trace.csv`` there instead. ``%hostname%/%pid%`` are rocprofv3's
+default sub-directories when ``-d`` is given. :func:`find_outputs` accepts
+either.
 """
 
 from __future__ import annotations
@@ -23,9 +27,11 @@ def rocprofv3_command(
     *,
     rocprofv3: str = "rocprofv3",
     collection_period: str | None = None,
+    output_format: str = "rocpd",
 ) -> list[str]:
     """argv running ``cmd`` under rocprofv3 with kernel + HIP runtime traces
-    as CSV into ``out_dir``.
+    into ``out_dir`` as ``output_format`` (rocprofv3 ``--output-format``:
+    ``rocpd``, the default, or ``csv``).
 
     ``collection_period`` (rocprofv3 ``--collection-period``, e.g.
     ``"0:1:0"`` = delay:duration:repeat seconds) is passed through when set.
@@ -34,7 +40,7 @@ def rocprofv3_command(
     ['rocprofv3', '-d', '/tmp/o', '-o']
     """
     argv = [rocprofv3, "-d", str(out_dir), "-o", OUTPUT_NAME, "--kernel-trace",
-            "--hip-runtime-trace", "--output-format", "csv"]
+            "--hip-runtime-trace", "--output-format", output_format]
     if collection_period:
         argv += ["--collection-period", collection_period]
     return [*argv, "--", *cmd]

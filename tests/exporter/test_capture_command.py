@@ -61,7 +61,8 @@ def test_command_runs_under_rocprofv3_and_its_kernels_reach_the_bundle(tmp_path:
         "kernel_count"] == dispatches
     sched = pq.read_table(session / "telemetry/system_events.parquet")
     assert sched.num_rows > 0  # the busy workload's threads were sampled
-    assert list((session / "rocprof").rglob("aaco_kernel_trace.csv"))
+    assert list((session / "rocprof").rglob("aaco_results.db"))  # rocpd was requested
+    assert meta["argv"][meta["argv"].index("--output-format") + 1] == "rocpd"
 
 
 def test_without_rocprofv3_the_command_runs_plain_and_its_status_is_reported(

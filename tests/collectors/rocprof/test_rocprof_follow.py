@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from collectors.base import CollectorContext, create
 from collectors.rocprof.follow import DirFollower
 from collectors.rocprof.runner import find_outputs, rocprofv3_command
@@ -56,13 +58,16 @@ def test_registered_rocprof_collector_emits_kernel_spans(tmp_path: Path) -> None
     assert list(c.collect()) == []
 
 
+@pytest.mark.parametrize(("fmt", "written"), [("rocpd", "aaco_results.db"),
+                                              ("csv", "aaco_kernel_trace.csv")])
 def test_capture_under_rocprofv3_test_double_writes_layout_found_by_find_outputs(
-    tmp_path: Path,
+    tmp_path: Path, fmt: str, written: str,
 ) -> None:
+    """rocpd (requested by default) and CSV output are both found."""
     argv = rocprofv3_command(tmp_path, [sys.executable, "-c", "raise SystemExit(3)"],
-                             rocprofv3=str(DOUBLE))
+                             rocprofv3=str(DOUBLE), output_format=fmt)
     proc = subprocess.run(argv, check=False)
     assert proc.returncode == 3  # the command's exit status is passed through
     outs = find_outputs(tmp_path)
-    assert len(outs) == 1 and outs[0].name == "aaco_kernel_trace.csv"
+    assert len(outs) == 1 and outs[0].name == written
     assert outs[0].parent.name.isdigit()  # <dir>/<host>/<pid>/
