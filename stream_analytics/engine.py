@@ -90,7 +90,8 @@ class PidJoin:
     end ns, iteration index, code into ``models``), sorted by start, at most
     ``Analytics.max_spans``; ``held``: the waiting kernels (:data:`_HELD`
     columns), at most ``Analytics.max_held`` rows; ``watermark``: the newest
-    data time (kernel or span end, ns) seen for the pid."""
+    iteration span end (ns) seen for the pid: spans are what held kernels wait
+    for, so only their progress makes a kernel late."""
 
     s: np.ndarray[Any, Any] = field(default_factory=lambda: np.empty(0, np.int64))
     e: np.ndarray[Any, Any] = field(default_factory=lambda: np.empty(0, np.int64))
@@ -394,7 +395,6 @@ class Analytics:
                 j = self.joins[(host, p)] = PidJoin()
             j.seen_ns = now
             j.held = part if j.held is None else pa.concat_tables([j.held, part])
-            j.watermark = max(j.watermark, int(pc.max(part["end_ns"]).as_py()))
             out.extend(self._resolve(host, int(p), now))
         return out
 
@@ -402,9 +402,10 @@ class Analytics:
         """Resolve the held kernels of (``host``, ``pid``) that can be: a kernel
         whose join time (:func:`~exporter.ranges.kernel_join_time`) lies in an indexed span
         ``[start_ns, end_ns]`` takes its iteration and model; one that no
-        span holds once it is older than the grace (join time before the pid's
-        watermark minus ``attribution_grace_s``, or received that long ago on
-        the wall clock) or when ``force`` goes to time buckets, with the model
+        span holds once it is older than the grace (join time more than
+        ``attribution_grace_s`` before the end of the pid's newest iteration
+        span, or received that long ago on the wall clock) or when ``force``
+        goes to time buckets, with the model
         of the pid's spans when they all share one (else its own), and counts
         as ``unattributed_kernel`` (not a loss: it still counts to kernel
         totals, busy time and LTS, not to KAR). The rest stay held; beyond

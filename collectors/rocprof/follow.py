@@ -47,10 +47,11 @@ from collectors.rocprof.markers import (
     attribute_kernels,
     is_marker_trace,
     iteration_ranges,
+    join_batches,
     read_marker_regions,
 )
 from collectors.rocprof.rejects import Rejects
-from collectors.rocprof.replay import run_prefix
+from collectors.rocprof.replay import db_markers, run_prefix
 from collectors.rocprof.rocpd import RocpdError, iter_kernel_spans
 from exporter.schema import conform
 
@@ -217,8 +218,11 @@ class DirFollower:
                 continue
             self._dbs_read[p] = (seen[0], seen[1])
             try:
-                for i, batch in enumerate(iter_kernel_spans(p, self.rejects)):
-                    out.append(Emit("kernel_span", batch, f"rocprof:{p}:db{seen[1]}:{i}"))
+                got = db_markers(p, self.rejects)
+                for i, (signal, batch) in enumerate(join_batches(
+                        iter_kernel_spans(p, self.rejects), None if got is None else got[0])):
+                    tail = str(i) if signal == "kernel_span" else "roctx"
+                    out.append(Emit(signal, batch, f"rocprof:{p}:db{seen[1]}:{tail}"))
             except RocpdError as e:
                 self.rejects.add(e.reason, str(p), None, str(e))
         return out

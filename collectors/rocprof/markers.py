@@ -44,12 +44,18 @@ started inside a range (else whose start is inside it;
 ``model``; a kernel without a pid takes the ranges' pid when they all have
 one. The resulting ITERATION_SPAN rows have ``source`` ``roctx``; the engine
 reports their KAR with ``kar_source`` ``roctx``.
+
+Readers: :func:`read_marker_regions` (CSV); a rocpd database's ``markers``
+table (:func:`collectors.rocprof.rocpd.read_table`, regions of category
+``MARKER_*``: ``start_ns, end_ns, pid, tid, name, category``) is a regions
+table as it is. :func:`join_batches` applies the ranges to a run's kernel
+batches.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +66,7 @@ import pyarrow.compute as pc
 from collectors.rocprof.launch import read_api_trace
 from collectors.rocprof.rejects import Rejects
 from exporter.ranges import join_ranges, kernel_join_time
+from exporter.schema import conform
 
 ITERATION_PATTERN = r"^(aaco\.)?(iteration|inference|infer|run|step)\b(?!_)|^ProfilerStep#\d+$"
 """Default pattern of range names that are iterations (``re.IGNORECASE``)."""
@@ -176,6 +183,8 @@ def iteration_ranges(regions: pa.Table, rejects: Rejects | None = None, *,
 
 def _segments(new: np.ndarray[Any, Any]) -> list[tuple[int, int]]:
     starts = np.flatnonzero(new).tolist()
+    if not starts:
+        return []
     return list(zip(starts, [*starts[1:], len(new)], strict=True))
 
 
@@ -228,3 +237,22 @@ def attribute_kernels(kernels: pa.Table, ranges: pa.Table,
         else:
             out = out.append_column(name, pc.if_else(mask, pa.nulls(n, arr.type), arr))
     return out, counts
+
+
+def join_batches(batches: Iterable[pa.RecordBatch], ranges: pa.Table | None,
+                 ) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """``("kernel_span", batch)`` for each KERNEL_SPAN batch with its kernels
+    placed in ``ranges`` (:func:`attribute_kernels`), then, when ``ranges`` has
+    rows, one ``("iteration_span", batch)`` of them with ``kernel_count`` the
+    kernels joined to each. ``ranges`` ``None`` passes the batches through.
+    Used by replay and the follower for CSV runs and rocpd databases alike."""
+    counts = np.zeros(0 if ranges is None else ranges.num_rows, np.int64)
+    for batch in batches:
+        if ranges is not None and ranges.num_rows:
+            joined, c = attribute_kernels(pa.Table.from_batches([batch]), ranges)
+            batch, counts = conform("kernel_span", joined), counts + c
+        yield "kernel_span", batch
+    if ranges is not None and ranges.num_rows:
+        spans = ranges.set_column(ranges.schema.get_field_index("kernel_count"),
+                                  "kernel_count", pa.array(counts))
+        yield "iteration_span", conform("iteration_span", spans)

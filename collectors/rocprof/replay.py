@@ -27,7 +27,6 @@ import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -40,13 +39,12 @@ from collectors.rocprof.kernels import SPECS, iter_csv_kernel_spans
 from collectors.rocprof.launch import LaunchIndex, launch_calls, read_api_trace
 from collectors.rocprof.markers import (
     ITERATION_RE,
-    attribute_kernels,
     is_marker_trace,
     iteration_ranges,
+    join_batches,
     read_marker_regions,
 )
 from collectors.rocprof.rejects import Rejects
-from exporter.schema import conform
 
 _SUFFIXES = (".csv", ".json", ".json.gz", ".db")
 
@@ -128,6 +126,17 @@ def dir_markers(kernel_file: Path, rejects: Rejects, *,
     ranges = iteration_ranges(pa.concat_tables(parts), rejects, pattern=pattern, model=model,
                               where=str(files[0]))
     return (ranges, files[0]) if ranges.num_rows else None
+
+
+def db_markers(db: Path, rejects: Rejects, *, pattern: re.Pattern[str] = ITERATION_RE,
+               model: str | None = None) -> tuple[pa.Table, Path] | None:
+    """Iteration ranges of a rocpd database's marker regions (``markers`` table
+    of :mod:`collectors.rocprof.rocpd`), as :func:`dir_markers` gives them for
+    CSV runs; ``None`` when no region matches. Raises
+    :class:`~collectors.rocprof.rocpd.RocpdError` for an unreadable database."""
+    ranges = iteration_ranges(rocpd.read_table(db, "markers"), rejects, pattern=pattern,
+                              model=model, where=str(db))
+    return (ranges, db) if ranges.num_rows else None
 
 
 def _hip_api_files(directory: Path, formats: dict[Path, str]) -> list[Path]:
@@ -240,18 +249,15 @@ def load_paths(
                 for i, (signal, batch) in enumerate(iter_kineto(f, rejects)):
                     yield Emit(signal, batch, f"rocprof:{f}:{i}")
                 continue
-            counts = np.zeros(0 if ranges is None else ranges[0].num_rows, np.int64)
-            for i, batch in enumerate(iter_file_spans(f, rejects, fmt=fmt, launches=launches,
-                                                      pid=pid, block_size=block_size)):
-                if ranges is not None:
-                    joined, c = attribute_kernels(pa.Table.from_batches([batch]), ranges[0])
-                    batch, counts = conform("kernel_span", joined), counts + c
-                yield Emit("kernel_span", batch, f"rocprof:{f}:{i}")
-            if ranges is not None:
-                spans = ranges[0].set_column(ranges[0].schema.get_field_index("kernel_count"),
-                                             "kernel_count", pa.array(counts))
-                yield Emit("iteration_span", conform("iteration_span", spans),
-                           f"rocprof:{ranges[1]}:roctx")
+            if fmt == "rocpd":  # marker regions of the database itself
+                ranges = db_markers(f, rejects, pattern=marker_pattern, model=marker_model)
+            batches = iter_file_spans(f, rejects, fmt=fmt, launches=launches, pid=pid,
+                                      block_size=block_size)
+            for i, (signal, batch) in enumerate(join_batches(
+                    batches, None if ranges is None else ranges[0])):
+                key = f"rocprof:{f}:{i}" if signal == "kernel_span" else \
+                    f"rocprof:{ranges[1] if ranges else f}:roctx"
+                yield Emit(signal, batch, key)
         except OSError as e:
             rejects.add("io_error", str(f), None, str(e))
         except rocpd.RocpdError as e:

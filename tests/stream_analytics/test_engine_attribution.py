@@ -99,25 +99,43 @@ def test_instrumented_spans_and_gpu_kernels_join_in_any_order(order: tuple[str, 
 
 
 def test_kernels_outside_every_span_go_to_buckets_after_the_grace_and_are_counted() -> None:
-    """k5 (B+4s) waits while the pid's newest data is within 5 s of it; k6
-    (B+10s) moves the watermark past B+4s+5s, so k5 goes to a time bucket of
-    the pid's model and counts as unattributed_kernel: it counts to kernel_count
-    and kernel time, not to KAR nor to the busy time inside iterations (the
-    active ratio's). k6 itself waits until the session settles."""
+    """k5 (B+4s, outside every span) waits while the pid's newest span ends
+    within 5 s after it. Span it2 [B+9s, B+10s] (holding k6 at B+9.5s) moves
+    that past B+4s+5s, so k5 goes to a time bucket of the pid's model and counts
+    as unattributed_kernel: it counts to kernel_count and kernel time, not to
+    KAR nor to the busy time inside iterations (the active ratio's).
+    kernels/iteration = (2 + 2 + 1) / 3, KAR = that / 4 nodes."""
     eng = _engine()
     for sig, t in _messages().values():
         eng.ingest(sig, "h", t)
     assert eng.held_kernels() == 1 and eng.drops["unattributed_kernel"] == 0
-    eng.ingest("kernel_span", "h", _kernels(K6))
-    assert eng.held_kernels() == 1 and eng.drops["unattributed_kernel"] == 1
+    eng.ingest("kernel_span", "h", _kernels([(B + 9_500_000_000, B + 9_500_001_000, None, None)]))
+    assert eng.held_kernels() == 2  # kernels alone do not make k5 late
+    eng.ingest("iteration_span", "h", _spans([(2, B + 9 * S, B + 10 * S)]))
+    assert eng.held_kernels() == 0 and eng.drops["unattributed_kernel"] == 1
     r = _result(eng)
-    assert (r["kernel_count"], r["kernels_per_iteration"], r["kar"]) == (5, 2.0, 0.5)
-    assert r["busy_ns"] == 1_100_000_000  # inside iterations only
-    assert eng.evaluate(("h", PID, "m"))["kernel_time_ns"] == 1_100_000_000 + 1_000
-    assert eng.settle() == 1 and eng.held_kernels() == 0
+    assert (r["iterations"], r["kernel_count"], r["kernels_per_iteration"], r["kar"]) == (
+        3, 6, 5 / 3, 5 / 3 / 4)
+    assert r["busy_ns"] == 1_100_000_000 + 1_000  # k5 is outside every iteration
+    assert eng.evaluate(("h", PID, "m"))["kernel_time_ns"] == 1_100_000_000 + 2_000
+    assert eng.settle() == 0 and eng.drops["unattributed_kernel"] == 1
+
+
+def test_settle_resolves_what_still_waits_at_the_end_of_a_session() -> None:
+    """At the end of a capture every span has arrived: settle() sends the
+    kernels still held (k5, k6: no span holds them) to buckets of the pid's
+    model, counted as unattributed_kernel; KAR is unchanged."""
+    eng = _engine()
+    for sig, t in _messages().values():
+        eng.ingest(sig, "h", t)
+    eng.ingest("kernel_span", "h", _kernels(K6))
+    assert eng.held_kernels() == 2
+    assert eng.settle() == 2 and eng.held_kernels() == 0
     assert eng.drops["unattributed_kernel"] == 2
     r = _result(eng)
-    assert (r["kernel_count"], r["kernels_per_iteration"], r["kernel_spans_total"]) == (6, 2.0, 6)
+    assert (r["kernel_count"], r["kernels_per_iteration"], r["kar"], r["kernel_spans_total"]) == (
+        6, 2.0, 0.5, 6)
+    assert list(eng.keys) == [("h", PID, "m")]
 
 
 def test_held_kernels_past_the_wall_clock_grace_resolve_at_results() -> None:

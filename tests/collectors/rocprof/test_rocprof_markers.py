@@ -161,3 +161,65 @@ def test_follower_emits_roctx_ranges_and_the_engine_joins_later_kernels(
     r = eng.evaluate(("h", PID, "vecops"))
     assert (r["iterations"], r["kernel_count"], r["kernels_per_iteration"], r["kar"],
             r["kar_source"]) == (2, 9, 4.0, 2.0, "roctx")
+
+
+def _rocpd_with_markers(path: Path) -> Path:
+    from tests.collectors.rocprof.rocpd_synthetic import build_synthetic_rocpd
+
+    return build_synthetic_rocpd(path, markers=MARKERS)
+
+
+def test_rocpd_marker_regions_give_exact_kar(tmp_path: Path) -> None:
+    """A (synthetic) rocpd database of the same kernels, with the synthetic
+    marker ranges as MARKER_CORE_API regions, goes through the same join. Its
+    assembly also puts api/hip_runtime_trace.csv (another recorded run) in the
+    process, so dispatch 5 joins the hipLaunchKernel of correlation id 5,
+    whose call starts ~358 s before every range: the launch time wins over the
+    kernel start, and dispatch 5 gets no iteration. Hence iteration 0 = 1-4,
+    iteration 1 = 6, 11, 12; kernels/iteration = 7/2 = 3.5, KAR = 3.5/2 =
+    1.75; dispatches 5 and 13 count as unattributed_kernel."""
+    db = _rocpd_with_markers(tmp_path / "run_results.db")
+    rejects = Rejects()
+    emits = list(load_paths([db], rejects))
+    assert [e.signal for e in emits] == ["kernel_span", "iteration_span"]
+    assert emits[1].key == f"rocprof:{db}:roctx"
+    assert [(s["iteration"], s["kernel_count"], s["source"])
+            for s in emits[1].batch.to_pylist()] == [(0, 4, "roctx"), (1, 3, "roctx")]
+    k = emits[0].batch
+    assert sorted(zip(k["dispatch_id"].to_pylist(), k["iteration"].to_pylist(),
+                      strict=True)) == [(1, 0), (2, 0), (3, 0), (4, 0), (5, None), (6, 1),
+                                        (11, 1), (12, 1), (13, None)]
+    assert rejects.counts == {"overlapping_marker": 1}
+    eng = Analytics(window_s=None)
+    eng.ingest("graph_info", "h", pa.table({"model": ["vecops"], "node_count": [2]}))
+    for e in emits:
+        eng.ingest(e.signal, "h", e.batch)
+    eng.settle()
+    r = eng.evaluate(("h", PID, "vecops"))
+    assert (r["iterations"], r["kernel_count"], r["kernels_per_iteration"], r["kar"],
+            r["kar_source"]) == (2, 9, 3.5, 1.75, "roctx")
+    assert eng.drops["unattributed_kernel"] == 2
+
+
+def test_follower_reads_rocpd_marker_regions_with_the_database(tmp_path: Path) -> None:
+    """The follower emits a complete database's kernels with their iterations
+    and its roctx iteration spans (same join as replay)."""
+    from collectors.rocprof.follow import DirFollower
+
+    _rocpd_with_markers(tmp_path / "run_results.db")
+    now = [0.0]
+    f = DirFollower(tmp_path, settle_s=1.0, clock=lambda: now[0])
+    assert f.poll() == []  # first sight: not settled yet
+    now[0] = 2.0
+    out = f.poll()
+    assert [e.signal for e in out] == ["kernel_span", "iteration_span"]
+    assert out[1].batch.column("kernel_count").to_pylist() == [4, 3]
+
+
+def test_regions_without_an_iteration_name_give_no_ranges() -> None:
+    """Marker regions none of which matches (the real api/marker_api_trace.csv:
+    'hipMemcpy', 'before hipLaunchKernel'...) give an empty ranges table."""
+    rejects = Rejects()
+    r = iteration_ranges(read_marker_regions(DATA / "api" / "marker_api_trace.csv", rejects),
+                         rejects)
+    assert r.num_rows == 0 and rejects.total == 0
