@@ -197,9 +197,13 @@ ANALYTICS_RESULT = pa.schema(
         pa.field("micro_kernel_count", pa.int64()),  # kernels < 10 us in the window
         pa.field("involuntary_switches", pa.int64()),  # of the key's threads, in the window
         pa.field("comm", pa.string()),  # the process's comm (sched samples), when known
+        pa.field("kernels_per_iteration", pa.float64()),  # KAR's numerator, known without a graph
+        pa.field("kar_source", pa.string()),  # ort_profiler, roctx, instrumented_iteration, kineto
     ]
 )
-"""One row per (host, pid, model) key each time its window is evaluated."""
+"""One row per (host, pid, model) key each time its window is evaluated.
+``kar_source`` names where the iterations that KAR counts come from (see
+``docs/metrics.md``); null when no iteration holds kernels."""
 
 DRIFT_STATUS = pa.schema(
     [

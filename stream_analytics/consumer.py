@@ -304,7 +304,9 @@ class AnalyticsConsumer:
         return int(info.num_pending) + int(info.num_ack_pending)
 
     async def drain(self, idle_polls: int = 2) -> None:
-        """Process until nothing is pending (used at the end of a capture)."""
+        """Process until nothing is pending (used at the end of a capture), then
+        resolve the kernels still waiting for an iteration span (every span of
+        the session has arrived: :meth:`Analytics.settle`) and publish."""
         idle = 0
         while idle < idle_polls:
             n = await self.step(timeout=0.2)
@@ -312,6 +314,10 @@ class AnalyticsConsumer:
                 idle += 1
             else:
                 idle = 0
+        if self.engine.settle():
+            self.generation += 1
+            await self._publish_results(self.last_seq, self.last_seq, 0)
+            await self._save()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Loop until ``stop`` is set; never raises on bad input."""

@@ -43,6 +43,7 @@ toward KAR or latency.
 
 from __future__ import annotations
 
+import base64
 import itertools
 import time
 from collections import Counter, deque
@@ -53,6 +54,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from exporter.ranges import join_ranges, kernel_join_time
 from stream_analytics.sii import active_totals
 
 MICRO_KERNEL_NS = 10_000
@@ -60,6 +62,96 @@ MICRO_KERNEL_NS = 10_000
 
 Key = tuple[str, int, str]
 """(host, pid, model); pid -1 and model "" when unknown."""
+
+KAR_SOURCES: dict[str, str] = {"ort": "ort_profiler", "instrument": "instrumented_iteration",
+                               "roctx": "roctx", "kineto": "kineto"}
+"""ITERATION_SPAN ``source`` -> ANALYTICS_RESULT ``kar_source`` (a bounded label
+value): which iterations KAR and ``kernels_per_iteration`` count. Other span
+sources give a null ``kar_source``."""
+
+_HELD = pa.schema([
+    pa.field("start_ns", pa.int64()), pa.field("end_ns", pa.int64()),
+    pa.field("pid", pa.int64()), pa.field("model", pa.string()),
+    pa.field("kernel_family", pa.string()), pa.field("launch_api_ns", pa.int64()),
+    pa.field("launch_delay_ns", pa.int64()), pa.field("t_ns", pa.int64()),
+    pa.field("arrived_ns", pa.int64()),
+])
+"""Columns of a held (not yet attributed) kernel: ``t_ns`` is the join time
+(launch call start, else kernel start), ``arrived_ns`` the wall clock when the
+engine received it."""
+
+
+@dataclass
+class PidJoin:
+    """Online join state of one (host, pid): recent iteration spans and the
+    kernels without an iteration that wait for one.
+
+    ``s``/``e``/``it``/``mc``: int64 arrays, one entry per indexed span (start,
+    end ns, iteration index, code into ``models``), sorted by start, at most
+    ``Analytics.max_spans``; ``held``: the waiting kernels (:data:`_HELD`
+    columns), at most ``Analytics.max_held`` rows; ``watermark``: the newest
+    iteration span end (ns) seen for the pid: spans are what held kernels wait
+    for, so only their progress makes a kernel late."""
+
+    s: np.ndarray[Any, Any] = field(default_factory=lambda: np.empty(0, np.int64))
+    e: np.ndarray[Any, Any] = field(default_factory=lambda: np.empty(0, np.int64))
+    it: np.ndarray[Any, Any] = field(default_factory=lambda: np.empty(0, np.int64))
+    mc: np.ndarray[Any, Any] = field(default_factory=lambda: np.empty(0, np.int64))
+    models: list[str] = field(default_factory=list)
+    held: pa.Table | None = None
+    watermark: int = 0
+    seen_ns: int = 0
+
+    def add_spans(self, s: list[int], e: list[int], it: list[int], models: list[str],
+                  keep_after: int | None, max_spans: int) -> None:
+        """Index spans (one list entry per span); spans ending before
+        ``keep_after`` and all but the ``max_spans`` latest-starting go."""
+        codes = []
+        for m in models:
+            if m not in self.models:
+                self.models.append(m)
+            codes.append(self.models.index(m))
+        ss = np.concatenate([self.s, np.asarray(s, np.int64)])
+        ee = np.concatenate([self.e, np.asarray(e, np.int64)])
+        ii = np.concatenate([self.it, np.asarray(it, np.int64)])
+        cc = np.concatenate([self.mc, np.asarray(codes, np.int64)])
+        order = np.argsort(ss, kind="stable")
+        keep = order if keep_after is None else order[ee[order] >= keep_after]
+        keep = keep[-max_spans:]
+        self.s, self.e, self.it, self.mc = ss[keep], ee[keep], ii[keep], cc[keep]
+        self.watermark = max(self.watermark, int(ee.max(initial=0)))
+
+    def single_model(self) -> str | None:
+        """The model of every indexed span when they share one, else None."""
+        used = np.unique(self.mc)
+        return self.models[int(used[0])] if len(used) == 1 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"s": self.s.tolist(), "e": self.e.tolist(), "it": self.it.tolist(),
+                "mc": self.mc.tolist(), "models": self.models, "watermark": self.watermark,
+                "held": _ipc_b64(self.held) if self.held is not None else None}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PidJoin:
+        s_, e_, it_, mc_ = (np.asarray(d[k], np.int64) for k in ("s", "e", "it", "mc"))
+        j = cls(s_, e_, it_, mc_, models=[str(m) for m in d["models"]],
+                watermark=int(d["watermark"]), seen_ns=time.time_ns())
+        j.held = _from_b64(d["held"]) if d.get("held") else None
+        return j
+
+
+def _ipc_b64(t: pa.Table) -> str:
+    """A table as base64 Arrow IPC (JSON checkpoints hold held kernels this way,
+    not as one JSON object per kernel)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, t.schema) as w:
+        w.write_table(t)
+    return base64.b64encode(sink.getvalue().to_pybytes()).decode("ascii")
+
+
+def _from_b64(text: str) -> pa.Table:
+    with pa.ipc.open_stream(pa.py_buffer(base64.b64decode(text))) as r:
+        return r.read_all()
 
 
 @dataclass
@@ -77,11 +169,12 @@ class Rec:
     launch_ns: int = 0
     launch_known: bool = False
     micro: int = 0  # kernels shorter than MICRO_KERNEL_NS
+    source: str = ""  # the iteration span's ``source`` (ort, instrument, roctx, kineto)
 
     def as_list(self) -> list[Any]:
         return [self.iteration, self.start_ns, self.end_ns, self.duration_ns, self.kernels,
                 self.kernel_ns, self.busy_ns, self.max_end, self.launch_ns, self.launch_known,
-                self.micro]
+                self.micro, self.source]
 
 
 @dataclass
@@ -198,12 +291,24 @@ class Analytics:
     processes leave no state behind (default ``2 * window_s``, at least 300 s;
     a watched process's scheduler samples keep its keys alive while it lives;
     never with ``window_s=None``).
+
+    ``attribution_grace_s``: how long (data time, per (host, pid)) a kernel
+    without an iteration waits for an iteration span of its pid to arrive
+    (see :meth:`_hold`); 0 turns the online join off (such kernels go to
+    time buckets at once). ``max_held`` kernels and ``max_spans`` indexed
+    spans per (host, pid) bound its memory.
     """
 
     def __init__(self, window_s: float | None = 30.0, bucket_s: float = 1.0, *,
-                 sched_keys: bool = False, forget_s: float | None = None) -> None:
+                 sched_keys: bool = False, forget_s: float | None = None,
+                 attribution_grace_s: float = 5.0, max_held: int = 1_000_000,
+                 max_spans: int = 100_000) -> None:
         self.window_s = window_s
         self.bucket_ns = int(bucket_s * 1e9)
+        self.grace_ns = int(attribution_grace_s * 1e9)
+        self.max_held = max_held
+        self.max_spans = max_spans
+        self.joins: dict[tuple[str, int], PidJoin] = {}  # (host, pid) -> online join
         self.sched_keys = sched_keys
         self.forget_s = forget_s if forget_s is not None else (
             max(300.0, 2 * window_s) if window_s is not None else None)
@@ -249,6 +354,115 @@ class Analytics:
                     st.node_count = int(n)
 
     def _kernels(self, host: str, t: pa.Table) -> None:
+        """Fold a kernel batch in: kernels with an iteration (ORT, Kineto, roctx
+        joined by the parser) or without a pid are reduced at once; the others
+        wait for an iteration span of their pid (:meth:`_hold`)."""
+        ready = self._hold(host, t) if self.grace_ns > 0 else [t]
+        for part in ready:
+            if part.num_rows:
+                self._reduce(host, part)
+
+    # -- online join of kernels to iteration spans ----------------------------
+    def _hold(self, host: str, t: pa.Table) -> list[pa.Table]:
+        """Split ``t``: rows with an iteration or no pid are returned as they
+        are; rows with a pid and no iteration join their pid's held kernels,
+        which are then resolved (:meth:`_resolve`). Returns the tables to
+        reduce now. Columnar; Python loops over the batch's pids."""
+        n = t.num_rows
+        itn = _col(t, "iteration", -1, n).to_numpy()
+        pid = _col(t, "pid", -1, n).to_numpy()
+        wait = (itn < 0) & (pid >= 0)
+        if not wait.any():
+            return [t]
+        out = [t.filter(pa.array(~wait))] if not wait.all() else []
+        held = t.filter(pa.array(wait))
+        m = held.num_rows
+        now = time.time_ns()
+        cols = pa.table({
+            "start_ns": _col(held, "start_ns", 0, m), "end_ns": _col(held, "end_ns", 0, m),
+            "pid": _col(held, "pid", -1, m), "model": _col(held, "model", "", m).cast(pa.string()),
+            "kernel_family": _col(held, "kernel_family", "other", m).cast(pa.string()),
+            "launch_api_ns": _col(held, "launch_api_ns", None, m).cast(pa.int64()),
+            "launch_delay_ns": _col(held, "launch_delay_ns", None, m).cast(pa.int64()),
+            "t_ns": kernel_join_time(held), "arrived_ns": np.full(m, now, np.int64),
+        }, schema=_HELD)
+        hp = pid[wait]
+        pids = np.unique(hp).tolist()
+        for p in pids:
+            part = cols if len(pids) == 1 else cols.filter(pa.array(hp == p))
+            j = self.joins.get((host, p))
+            if j is None:
+                j = self.joins[(host, p)] = PidJoin()
+            j.seen_ns = now
+            j.held = part if j.held is None else pa.concat_tables([j.held, part])
+            out.extend(self._resolve(host, int(p), now))
+        return out
+
+    def _resolve(self, host: str, pid: int, now: int, force: bool = False) -> list[pa.Table]:
+        """Resolve the held kernels of (``host``, ``pid``) that can be: a kernel
+        whose join time (:func:`~exporter.ranges.kernel_join_time`) lies in an indexed span
+        ``[start_ns, end_ns]`` takes its iteration and model; one that no
+        span holds once it is older than the grace (join time more than
+        ``attribution_grace_s`` before the end of the pid's newest iteration
+        span, or received that long ago on the wall clock) or when ``force``
+        goes to time buckets, with the model
+        of the pid's spans when they all share one (else its own), and counts
+        as ``unattributed_kernel`` (not a loss: it still counts to kernel
+        totals, busy time and LTS, not to KAR). The rest stay held; beyond
+        ``max_held`` the oldest are forced. Returns KERNEL_SPAN-like tables."""
+        j = self.joins[(host, pid)]
+        h = j.held
+        if h is None or h.num_rows == 0:
+            return []
+        tt = h["t_ns"].to_numpy()
+        n = len(tt)
+        idx = join_ranges(np.full(n, pid, np.int64), tt, np.full(len(j.s), pid, np.int64),
+                          j.s, j.e)
+        hit = idx >= 0
+        late = (tt < j.watermark - self.grace_ns) | (
+            h["arrived_ns"].to_numpy() < now - self.grace_ns)
+        if force:
+            late[:] = True
+        elif n > self.max_held:
+            late[: n - self.max_held] = True  # held in arrival order: the oldest first
+        go = hit | late
+        if not go.any():
+            return []
+        j.held = h.filter(pa.array(~go)) if not go.all() else None
+        out = h.filter(pa.array(go))
+        hit_out = hit[go]
+        lost = int((~hit_out).sum())
+        if lost:
+            self.drops["unattributed_kernel"] += lost
+        pos = np.maximum(idx[go], 0)
+        span_model = pa.DictionaryArray.from_arrays(
+            pa.array(j.mc[pos].astype(np.int32) if len(j.mc) else np.zeros(len(pos), np.int32)),
+            pa.array(j.models or [""])).cast(pa.string())
+        single = j.single_model()
+        fallback = out["model"] if single is None else pa.repeat(pa.scalar(single), len(pos))
+        mask = pa.array(hit_out)
+        model = pc.if_else(mask, span_model, fallback)
+        iteration = pa.array(j.it[pos] if len(j.it) else np.zeros(len(pos), np.int64),
+                             mask=~hit_out)
+        return [out.drop_columns(["model", "t_ns", "arrived_ns"]).append_column(
+            "model", model).append_column("iteration", iteration)]
+
+    def settle(self) -> int:
+        """Resolve every held kernel now (end of a bounded session, when every
+        span has arrived): attributed where a span holds it, else to time
+        buckets. Returns the number of kernels resolved."""
+        now, done = time.time_ns(), 0
+        for host, pid in list(self.joins):
+            for part in self._resolve(host, pid, now, force=True):
+                done += part.num_rows
+                self._reduce(host, part)
+        return done
+
+    def held_kernels(self) -> int:
+        """Kernels currently waiting for an iteration span."""
+        return sum(j.held.num_rows for j in self.joins.values() if j.held is not None)
+
+    def _reduce(self, host: str, t: pa.Table) -> None:
         """Reduce a kernel batch to per-(model, pid, iteration) aggregates.
 
         Fully vectorised: one lexsort (skipped when the batch is already in
@@ -341,11 +555,15 @@ class Analytics:
             st.kernel_spans_total += int(c)
 
     def _iterations(self, host: str, t: pa.Table) -> None:
+        """Fold iteration spans in (one Python step per span): each closes its
+        key's record and is indexed for the online join of its pid's held
+        kernels (:meth:`_resolve`)."""
         n = t.num_rows
         cols = [_col(t, c, d, n).to_pylist() for c, d in (
             ("model", ""), ("pid", -1), ("iteration", -1),
-            ("start_ns", 0), ("end_ns", 0), ("duration_ns", 0))]
-        for model, pid, it, s, e, d in zip(*cols, strict=True):
+            ("start_ns", 0), ("end_ns", 0), ("duration_ns", 0), ("source", ""))]
+        index: dict[int, tuple[list[int], list[int], list[int], list[str]]] = {}
+        for model, pid, it, s, e, d, src in zip(*cols, strict=True):
             if e < s or d < 0 or it < 0:  # malformed (e.g. a buggy instrumented process)
                 self.drops["bad_iteration_span"] += 1
                 continue
@@ -357,11 +575,29 @@ class Analytics:
                 st.pending.pop(int(it), None)
                 continue
             rec.start_ns, rec.end_ns, rec.duration_ns = int(s), int(e), int(d)
+            rec.source = str(src)
             st.window.append(rec)
             st.done[int(it)] = rec
             st.iterations_total += 1
             st.iteration_ns_total += int(d)
             st.dirty = True
+            if self.grace_ns > 0 and int(pid) >= 0:
+                ix = index.setdefault(int(pid), ([], [], [], []))
+                ix[0].append(int(s))
+                ix[1].append(int(e))
+                ix[2].append(int(it))
+                ix[3].append(str(model))
+        now = time.time_ns()
+        for pid, (ss, ee, ii, mm) in index.items():
+            j = self.joins.get((host, pid))
+            if j is None:
+                j = self.joins[(host, pid)] = PidJoin()
+            j.seen_ns = now
+            keep = (None if self.window_s is None else
+                    max(j.watermark, max(ee)) - int(self.window_s * 1e9) - 2 * self.grace_ns)
+            j.add_spans(ss, ee, ii, mm, keep, self.max_spans)
+            for part in self._resolve(host, pid, now):
+                self._reduce(host, part)
         for st in self.keys.values():
             if st.dirty:
                 self._evict(st)
@@ -445,8 +681,13 @@ class Analytics:
         # Without any kernel span (an instrumented process publishes iterations
         # only) KAR and the active ratio are unknown, not 0.
         row["gpu_active_ratio"] = min(1.0, busy / wall) if wall > 0 and kcount else None
-        if its and st.node_count and kcount:
-            row["kar"] = sum(r.kernels for r in its) / len(its) / st.node_count
+        if its and kcount:
+            # dispatches per iteration, known without a graph (roctx, Kineto)
+            row["kernels_per_iteration"] = sum(r.kernels for r in its) / len(its)
+            src = Counter(r.source for r in its).most_common(1)[0][0]
+            row["kar_source"] = KAR_SOURCES.get(src)
+            if st.node_count:
+                row["kar"] = row["kernels_per_iteration"] / st.node_count
         if its:
             lat = np.array([r.duration_ns for r in its], dtype=np.float64) / 1e9
             row["latency_mean_s"] = float(lat.mean())
@@ -470,6 +711,10 @@ class Analytics:
         from exporter.schema import ANALYTICS_RESULT
 
         now = now_ns if now_ns is not None else time.time_ns()
+        wall = time.time_ns()
+        for host, pid in list(self.joins):  # held kernels past the wall-clock grace
+            for part in self._resolve(host, pid, wall):
+                self._reduce(host, part)
         rows = []
         for key, st in self.keys.items():
             if only_dirty and not st.dirty:
@@ -490,6 +735,9 @@ class Analytics:
         horizon = time.time_ns() - int(self.forget_s * 1e9)
         for k in [k for k, st in self.keys.items() if not st.dirty and st.seen_ns < horizon]:
             del self.keys[k]
+        for hp_ in [hp_ for hp_, j in self.joins.items()
+                    if j.held is None and j.seen_ns < horizon]:
+            del self.joins[hp_]
         live = {(k[0], k[1]) for k in self.keys}
         for hp in [hp for hp, dq in self.sched.items() if hp not in live
                    and (not dq or dq[-1][0] < horizon)]:
@@ -516,6 +764,10 @@ class Analytics:
             "sched_keys": self.sched_keys,
             "forget_s": self.forget_s,
             "drops": dict(self.drops),
+            "attribution_grace_s": self.grace_ns / 1e9,
+            "max_held": self.max_held,
+            "max_spans": self.max_spans,
+            "joins": [[h, p, j.to_dict()] for (h, p), j in self.joins.items()],
             "keys": [
                 {
                     "key": list(k),
@@ -536,7 +788,11 @@ class Analytics:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Analytics:
         eng = cls(window_s=d["window_s"], sched_keys=bool(d.get("sched_keys", False)),
-                  forget_s=d.get("forget_s"))
+                  forget_s=d.get("forget_s"),
+                  attribution_grace_s=float(d.get("attribution_grace_s", 5.0)),
+                  max_held=int(d.get("max_held", 1_000_000)),
+                  max_spans=int(d.get("max_spans", 100_000)))
+        eng.joins = {(str(h), int(p)): PidJoin.from_dict(j) for h, p, j in d.get("joins", [])}
         eng.bucket_ns = int(d["bucket_ns"])
         eng.comms = {(h, int(p)): str(c) for h, p, c in d.get("comms", [])}
         eng.nodes = {(h, m): int(n) for h, m, n in d["nodes"]}

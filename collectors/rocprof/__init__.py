@@ -29,7 +29,8 @@ from collectors.rocprof.rejects import Rejects
 
 @register("rocprof")
 class RocprofCollector:
-    """Follows ``options["dir"]``; emits ``kernel_span`` batches.
+    """Follows ``options["dir"]``; emits ``kernel_span`` batches (and
+    ``iteration_span`` batches of roctx marker ranges, :mod:`.markers`).
 
     Raises ``ValueError`` at construction when ``dir`` is missing; never
     raises from :meth:`collect` (bad rows go to :meth:`drops`)."""
@@ -48,11 +49,11 @@ class RocprofCollector:
         self.clock = ClockMapper()
 
     def collect(self) -> Iterable[Emit]:
-        """New kernel spans, timestamps moved onto the wall clock (see
+        """New kernel (and roctx iteration) spans, timestamps moved onto the wall clock (see
         :mod:`collectors.rocprof.clock`; the window is boot time to now)."""
         out = []
         for e in self.follower.poll():
-            if e.signal == "kernel_span":
+            if e.signal in ("kernel_span", "iteration_span"):  # roctx ranges: same clock
                 now = time.time_ns()
                 boot = now - time.clock_gettime_ns(time.CLOCK_BOOTTIME)
                 known = self.clock.clock

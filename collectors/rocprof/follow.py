@@ -7,7 +7,14 @@ last ``\\n``; a partial last line waits for the next poll), prepends the
 header and parses that chunk with the same columnar parsers as replay. HIP
 API traces are read before kernel traces so kernels join to launches seen
 so far in the same directory with the same run prefix (launch table capped
-at ``max_launches`` newest ids). A file that
+at ``max_launches`` newest ids). Marker traces (``*marker_api_trace.csv``)
+are read first of all: their iteration ranges
+(:mod:`collectors.rocprof.markers`) are emitted as ``iteration_span``
+(``source`` ``roctx``, ``kernel_count`` 0: their kernels come later) and set
+the iteration of kernels read afterwards of the same run (the newest
+``max_ranges`` ranges are kept); kernels whose range is written after them
+are joined online by the engine. Overlap between ranges is checked within
+one read chunk. A file that
 shrinks (rewritten) is re-read from the start. Emit keys are
 ``"rocprof:<file>:<byte offset>:<i>"``: the same bytes always get the same
 key, so a re-publish after a restart is deduplicated by JetStream.
@@ -29,14 +36,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
+
 from collectors.base import Emit
 from collectors.rocprof.csvstream import bytes_source, read_header
 from collectors.rocprof.formats import detect_header
 from collectors.rocprof.kernels import SPECS, iter_csv_kernel_spans
 from collectors.rocprof.launch import LaunchIndex, launch_calls, read_api_trace
+from collectors.rocprof.markers import (
+    attribute_kernels,
+    is_marker_trace,
+    iteration_ranges,
+    join_batches,
+    read_marker_regions,
+)
 from collectors.rocprof.rejects import Rejects
-from collectors.rocprof.replay import run_prefix
+from collectors.rocprof.replay import db_markers, run_prefix
 from collectors.rocprof.rocpd import RocpdError, iter_kernel_spans
+from exporter.schema import conform
 
 SIDECARS = ("-journal", "-wal")
 """SQLite files beside ``X.db`` (``X.db-journal``, ``X.db-wal``) while it is written."""
@@ -84,6 +101,7 @@ class DirFollower:
         *,
         max_chunk: int = 64 << 20,
         max_launches: int = 1_000_000,
+        max_ranges: int = 100_000,
         settle_s: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -92,6 +110,9 @@ class DirFollower:
         self.max_chunk = max_chunk
         self.max_launches = max_launches
         self.launches: dict[tuple[Path, str], LaunchIndex] = {}
+        self.max_ranges = max_ranges
+        self.ranges: dict[tuple[Path, str], pa.Table] = {}  # run -> iteration ranges
+        self.next_index: dict[tuple[Path, str], dict[int, int]] = {}  # run -> pid -> next
         self._files: dict[Path, _FileState] = {}
         self.settle_s = settle_s
         self.clock = clock
@@ -140,9 +161,11 @@ class DirFollower:
             return []
         for p in files:
             self._files.setdefault(p, _FileState())
-        api = [p for p in files if ("hip" in p.name and "api" in p.name) or "hip_trace" in p.name]
+        marks = [p for p in files if is_marker_trace(p)]
+        api = [p for p in files if p not in marks
+               and (("hip" in p.name and "api" in p.name) or "hip_trace" in p.name)]
         out: list[Emit] = []
-        for p in api + [p for p in files if p not in api]:
+        for p in marks + api + [p for p in files if p not in api and p not in marks]:
             st = self._files[p]
             if st.ignored:
                 continue
@@ -153,18 +176,25 @@ class DirFollower:
             base = st.line - 2
             st.line += data.count(b"\n")
             chunk = bytes_source(st.header, data)
-            li = self.launches.setdefault((p.parent, run_prefix(p)), LaunchIndex())
-            if st.fmt == "rocprofv3_api_trace":
+            run = (p.parent, run_prefix(p))
+            li = self.launches.setdefault(run, LaunchIndex())
+            if st.fmt == "rocprofv3_api_trace" and is_marker_trace(p):
+                out.extend(self._markers(p, chunk, base, at, run))
+            elif st.fmt == "rocprofv3_api_trace":
                 calls = launch_calls(read_api_trace(chunk, self.rejects, name=str(p),
                                                     line_base=base), self.rejects, str(p))
                 li.add(calls)
                 li.trim(self.max_launches)
             elif st.fmt in SPECS:
                 pid = int(p.parent.name) if p.parent.name.isdigit() else None
+                ranges = self.ranges.get(run)
                 for i, batch in enumerate(iter_csv_kernel_spans(
                     chunk, st.fmt, self.rejects, launches=li, pid=pid,
                     name=str(p), line_base=base,
                 )):
+                    if ranges is not None:
+                        t, _ = attribute_kernels(pa.Table.from_batches([batch]), ranges)
+                        batch = conform("kernel_span", t)
                     out.append(Emit("kernel_span", batch, f"rocprof:{p}:{at}:{i}"))
         return out + self._poll_dbs()
 
@@ -188,8 +218,31 @@ class DirFollower:
                 continue
             self._dbs_read[p] = (seen[0], seen[1])
             try:
-                for i, batch in enumerate(iter_kernel_spans(p, self.rejects)):
-                    out.append(Emit("kernel_span", batch, f"rocprof:{p}:db{seen[1]}:{i}"))
+                got = db_markers(p, self.rejects)
+                for i, (signal, batch) in enumerate(join_batches(
+                        iter_kernel_spans(p, self.rejects), None if got is None else got[0])):
+                    tail = str(i) if signal == "kernel_span" else "roctx"
+                    out.append(Emit(signal, batch, f"rocprof:{p}:db{seen[1]}:{tail}"))
             except RocpdError as e:
                 self.rejects.add(e.reason, str(p), None, str(e))
         return out
+
+    def _markers(self, p: Path, chunk: bytes, base: int, at: int,
+                 run: tuple[Path, str]) -> list[Emit]:
+        """Iteration ranges of a marker trace chunk: remembered for the run's
+        kernels and emitted as ``iteration_span`` (key
+        ``"rocprof:<file>:<byte offset>:roctx"``); iterations continue per pid."""
+        nxt = self.next_index.setdefault(run, {})
+        r = iteration_ranges(read_marker_regions(chunk, self.rejects, name=str(p),
+                                                 line_base=base),
+                             self.rejects, first_index=nxt, where=str(p))
+        if r.num_rows == 0:
+            return []
+        agg = r.group_by("pid").aggregate([("iteration", "max")])  # one row per pid
+        for pid, last in zip(agg["pid"].to_pylist(), agg["iteration_max"].to_pylist(),
+                             strict=True):
+            nxt[int(pid)] = int(last) + 1
+        old = self.ranges.get(run)
+        both = r if old is None else pa.concat_tables([old, r])
+        self.ranges[run] = both.slice(max(0, both.num_rows - self.max_ranges))
+        return [Emit("iteration_span", conform("iteration_span", r), f"rocprof:{p}:{at}:roctx")]

@@ -48,6 +48,7 @@ import pyarrow as pa
 from collectors.rocprof.kernels import SOURCE, finish_spans
 from collectors.rocprof.launch import LAUNCH_FUNCTIONS, LaunchIndex
 from collectors.rocprof.rejects import Rejects
+from exporter.ranges import join_ranges
 from exporter.schema import conform
 
 
@@ -328,21 +329,20 @@ def _join_steps(cols: dict[str, list[Any]], launch_ts: list[int | None],
                 gpu_steps: list[tuple[int, int, int]]) -> list[int | None]:
     """Step number N per kernel (see :func:`kineto_emits`); fills ``cols["pid"]``
     for kernels placed by the GPU-annotation fallback. Columnar: one
-    ``searchsorted`` per pid over that pid's step starts."""
+    ``searchsorted`` per pid over that pid's step starts
+    (:func:`exporter.ranges.join_ranges`, shared with the roctx marker join)."""
     n = len(launch_ts)
     it = np.full(n, -1, np.int64)
     lts = np.array([-1 if t is None else t for t in launch_ts], np.int64)
     has = np.array([t is not None for t in launch_ts], bool)
     pid = np.array([-1 if p is None else p for p in cols["pid"]], np.int64)
-    for p in {k[0] for k in steps}:
-        mine = sorted((rng[0], rng[1], k[1]) for k, rng in steps.items() if k[0] == p)
-        s = np.array([m[0] for m in mine], np.int64)
-        e = np.array([m[1] for m in mine], np.int64)
-        num = np.array([m[2] for m in mine], np.int64)
-        sel = np.flatnonzero(has & (pid == p))
-        j = np.searchsorted(s, lts[sel], side="right") - 1
-        ok = (j >= 0) & (lts[sel] <= e[np.maximum(j, 0)])
-        it[sel[ok]] = num[j[ok]]
+    if steps:  # one record per step, then the shared columnar join
+        keys = list(steps)
+        j = join_ranges(pid, lts, np.array([k[0] for k in keys], np.int64),
+                        np.array([steps[k][0] for k in keys], np.int64),
+                        np.array([steps[k][1] for k in keys], np.int64), valid=has)
+        num = np.array([k[1] for k in keys], np.int64)
+        it[j >= 0] = num[j[j >= 0]]
     if gpu_steps:
         owner: dict[int, list[int]] = {}
         for p, num_ in steps:

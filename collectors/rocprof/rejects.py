@@ -29,6 +29,7 @@ REASONS: frozenset[str] = frozenset(
         "unknown_format",  # file matches no known format (whole file)
         "bad_json",  # JSON that does not parse or lacks required keys
         "io_error",  # file vanished / unreadable
+        "overlapping_marker",  # an iteration marker range overlapping an earlier one (markers.py)
     }
 )
 """Reasons a row (or a whole file) is dropped."""

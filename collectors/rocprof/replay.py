@@ -8,7 +8,10 @@ HIP API traces in the *same directory* with the same run prefix
 ``<dir>/<host>/<pid>/<name>_kernel_trace.csv`` next to
 ``<name>_hip_api_trace.csv``) are loaded first and joined
 (:mod:`collectors.rocprof.launch`). A rocprofv3 CSV in a directory named by
-digits takes that number as ``pid``.
+digits takes that number as ``pid``. Marker traces with the same run prefix
+(``<name>_marker_api_trace.csv``, roctx ranges) give iterations: matching
+ranges become ``iteration_span`` emits (``source`` ``roctx``) and set the
+kernels' ``iteration`` and ``model`` (:mod:`collectors.rocprof.markers`).
 
 A rocpd database (``.db``, :mod:`collectors.rocprof.rocpd`) carries its own HIP
 API calls and is joined inside. Non-kernel files (stats, counters, memory
@@ -20,6 +23,7 @@ skipped; other extensions in a directory are ignored.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -33,6 +37,13 @@ from collectors.rocprof.formats import KERNEL_FORMATS, UnknownFormat, detect
 from collectors.rocprof.jsonfmt import iter_kineto, iter_kineto_json, iter_rocprofv3_json
 from collectors.rocprof.kernels import SPECS, iter_csv_kernel_spans
 from collectors.rocprof.launch import LaunchIndex, launch_calls, read_api_trace
+from collectors.rocprof.markers import (
+    ITERATION_RE,
+    is_marker_trace,
+    iteration_ranges,
+    join_batches,
+    read_marker_regions,
+)
 from collectors.rocprof.rejects import Rejects
 
 _SUFFIXES = (".csv", ".json", ".json.gz", ".db")
@@ -82,7 +93,7 @@ def run_prefix(path: Path) -> str:
     """``"NAME_"`` of ``NAME_kernel_trace.csv`` / ``NAME_hip_api_trace.csv``
     (``""`` for ``kernel_trace.csv``): files of one rocprofv3 run share it."""
     for tail in ("kernel_trace.csv", "hip_api_trace.csv", "hip_runtime_trace.csv",
-                 "hip_trace.csv"):
+                 "hip_trace.csv", "marker_api_trace.csv"):
         if path.name.endswith(tail):
             return path.name[: -len(tail)]
     return path.name
@@ -97,6 +108,35 @@ def dir_launches(kernel_file: Path, rejects: Rejects, formats: dict[Path, str]) 
         if run_prefix(f) == want:
             index.add(launch_calls(read_api_trace(f, rejects), rejects, str(f)))
     return index
+
+
+def dir_markers(kernel_file: Path, rejects: Rejects, *,
+                pattern: re.Pattern[str] = ITERATION_RE,
+                model: str | None = None) -> tuple[pa.Table, Path] | None:
+    """Iteration ranges (:func:`collectors.rocprof.markers.iteration_ranges`)
+    of the marker trace CSVs in ``kernel_file``'s directory with the same run
+    prefix, and the first such file; ``None`` when there is none or no range
+    matches."""
+    want = run_prefix(kernel_file)
+    files = [f for f in sorted(kernel_file.parent.glob("*marker_api_trace.csv"))
+             if is_marker_trace(f) and run_prefix(f) == want]
+    parts = [read_marker_regions(f, rejects, name=str(f)) for f in files]
+    if not parts:
+        return None
+    ranges = iteration_ranges(pa.concat_tables(parts), rejects, pattern=pattern, model=model,
+                              where=str(files[0]))
+    return (ranges, files[0]) if ranges.num_rows else None
+
+
+def db_markers(db: Path, rejects: Rejects, *, pattern: re.Pattern[str] = ITERATION_RE,
+               model: str | None = None) -> tuple[pa.Table, Path] | None:
+    """Iteration ranges of a rocpd database's marker regions (``markers`` table
+    of :mod:`collectors.rocprof.rocpd`), as :func:`dir_markers` gives them for
+    CSV runs; ``None`` when no region matches. Raises
+    :class:`~collectors.rocprof.rocpd.RocpdError` for an unreadable database."""
+    ranges = iteration_ranges(rocpd.read_table(db, "markers"), rejects, pattern=pattern,
+                              model=model, where=str(db))
+    return (ranges, db) if ranges.num_rows else None
 
 
 def _hip_api_files(directory: Path, formats: dict[Path, str]) -> list[Path]:
@@ -163,11 +203,17 @@ def load_paths(
     rejects: Rejects | None = None,
     *,
     block_size: int = DEFAULT_BLOCK,
+    marker_pattern: re.Pattern[str] = ITERATION_RE,
+    marker_model: str | None = None,
 ) -> Iterator[Emit]:
     """Yield ``Emit("kernel_span", batch, key)`` for every kernel dispatch in
     ``paths`` (files or directories; see the module doc), and for a Kineto
     trace also ``Emit("iteration_span", ...)`` for its ``ProfilerStep#N``
-    ranges (:func:`collectors.rocprof.jsonfmt.kineto_emits`). Keys are
+    ranges (:func:`collectors.rocprof.jsonfmt.kineto_emits`); for a CSV kernel
+    trace with a marker trace beside it, ``Emit("iteration_span", ...)`` of
+    its roctx iteration ranges after the kernels (``marker_pattern``,
+    ``marker_model``: :func:`collectors.rocprof.markers.iteration_ranges`;
+    key ``"rocprof:<marker file>:roctx"``, once per run). Keys are
     ``"rocprof:<file>:<batch index>"``, stable across replays of the same
     files. Bad rows and unknown files are counted in ``rejects``; nothing
     raises except for a path that does not exist (``FileNotFoundError``)."""
@@ -186,24 +232,32 @@ def load_paths(
         except rocpd.RocpdError as e:
             rejects.add(e.reason, str(f), None, str(e))
     cache: dict[tuple[Path, str], LaunchIndex] = {}
+    markers: dict[tuple[Path, str], tuple[pa.Table, Path] | None] = {}
     for f, fmt in formats.items():
         if fmt not in KERNEL_FORMATS:
             continue
-        launches = None
+        launches, ranges = None, None
         if fmt in SPECS:
             ck = (f.parent, run_prefix(f))
             if ck not in cache:
                 cache[ck] = dir_launches(f, rejects, formats)
-            launches = cache[ck]
+                markers[ck] = dir_markers(f, rejects, pattern=marker_pattern, model=marker_model)
+            launches, ranges = cache[ck], markers.pop(ck, None)  # a run's ranges: emitted once
         pid = _pid_of(f) if fmt == "rocprofv3_kernel_trace" else None
         try:
             if fmt == "kineto_json":  # kernel spans, then ProfilerStep#N iteration spans
                 for i, (signal, batch) in enumerate(iter_kineto(f, rejects)):
                     yield Emit(signal, batch, f"rocprof:{f}:{i}")
                 continue
-            for i, batch in enumerate(iter_file_spans(f, rejects, fmt=fmt, launches=launches,
-                                                      pid=pid, block_size=block_size)):
-                yield Emit("kernel_span", batch, f"rocprof:{f}:{i}")
+            if fmt == "rocpd":  # marker regions of the database itself
+                ranges = db_markers(f, rejects, pattern=marker_pattern, model=marker_model)
+            batches = iter_file_spans(f, rejects, fmt=fmt, launches=launches, pid=pid,
+                                      block_size=block_size)
+            for i, (signal, batch) in enumerate(join_batches(
+                    batches, None if ranges is None else ranges[0])):
+                key = f"rocprof:{f}:{i}" if signal == "kernel_span" else \
+                    f"rocprof:{ranges[1] if ranges else f}:roctx"
+                yield Emit(signal, batch, key)
         except OSError as e:
             rejects.add("io_error", str(f), None, str(e))
         except rocpd.RocpdError as e:

@@ -187,6 +187,8 @@ def derived_metrics(row: dict[str, Any]) -> dict[str, Any]:
         "kernel_count": row.get("kernel_count"),
         "iterations": row.get("iterations"),
         "kar": row.get("kar"),
+        "kar_source": row.get("kar_source"),
+        "kernels_per_iteration": row.get("kernels_per_iteration"),
         "launch_tax": row.get("launch_tax"),
         "launch_overhead_ns": row.get("launch_overhead_ns"),
         "kernel_time_ns": row.get("kernel_time_ns"),

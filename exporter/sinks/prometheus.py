@@ -240,6 +240,13 @@ class PromState:
                                 labels=[*lab, "stat"])
         nodes = GaugeMetricFamily("aaco_graph_nodes", "Non-Constant ONNX graph nodes",
                                   labels=lab)
+        kpi = GaugeMetricFamily("aaco_kernels_per_iteration",
+                                "Kernel spans per iteration over the window (KAR's numerator)",
+                                labels=lab)
+        src = GaugeMetricFamily("aaco_kar_source_info",
+                                "1 for the source of the iterations KAR counts (kar_source: "
+                                "ort_profiler, roctx, instrumented_iteration, kineto)",
+                                labels=[*lab, "kar_source"])
         its = CounterMetricFamily("aaco_iterations", "Inference iterations observed",
                                   labels=lab)
         spans = CounterMetricFamily("aaco_kernel_spans", "Kernel spans observed, by family",
@@ -259,12 +266,16 @@ class PromState:
                     lat.add_metric([*lv, stat], float(v))
             if r.get("graph_node_count") is not None:
                 nodes.add_metric(lv, float(r["graph_node_count"]))
+            if r.get("kernels_per_iteration") is not None:
+                kpi.add_metric(lv, float(r["kernels_per_iteration"]))
+            if r.get("kar_source"):  # a bounded set (stream_analytics.engine.KAR_SOURCES)
+                src.add_metric([*lv, str(r["kar_source"])], 1.0)
             its.add_metric(lv, float(r["iterations_total"]))
             for f, n, ns in zip(r.get("family_names") or [], r.get("family_spans_total") or [],
                                 r.get("family_time_ns_total") or [], strict=True):
                 spans.add_metric([*lv, f], float(n))
                 ktime.add_metric([*lv, f], ns / 1e9)
-        yield from (kar, lts, sii, act, lat, nodes, its, spans, ktime)
+        yield from (kar, lts, sii, act, lat, nodes, kpi, src, its, spans, ktime)
 
     def _collect_sched(self) -> Iterator[Metric]:
         lab = ["host", "pid", "comm"]

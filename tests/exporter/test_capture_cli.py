@@ -124,3 +124,26 @@ def test_replay_of_rocprof_v1_matches_its_stats_file_to_the_nanosecond(
             assert (g["min_ns"], g["max_ns"]) == (int(w["MinNs"]), int(w["MaxNs"]))
     derived = json.loads((session / "metrics/derived_metrics.json").read_text())
     assert derived["kernel_count"] == sum(int(w["Calls"]) for w in want)
+
+
+@pytest.mark.slow
+def test_replay_of_a_rocprofv3_run_with_roctx_markers_gives_kernels_per_iteration(
+        tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """Real kernel rows + the synthetic marker trace around them (see
+    tests/collectors/rocprof/test_rocprof_markers.py): derived_metrics.json has
+    8 kernels / 2 roctx iterations = 4 per iteration, kar_source roctx, KAR
+    null (no graph_info); kernel 13, outside every range, still counts in
+    kernel_count once the session settles (9)."""
+    import shutil
+
+    run = tmp_path / "in" / "834304"
+    run.mkdir(parents=True)
+    shutil.copy(ROCPROF_V1 / "kernel_trace.csv", run / "kernel_trace.csv")
+    shutil.copy(ROCPROF_V1 / "roctx_synthetic" / "marker_api_trace.csv",
+                run / "marker_api_trace.csv")
+    r = _run(["replay", str(tmp_path / "in"), "--out", str(tmp_path / "out")], cli_env)
+    assert r.returncode == 0, r.stderr
+    session = Path(r.stdout.strip().splitlines()[-1])
+    derived = json.loads((session / "metrics/derived_metrics.json").read_text())
+    assert (derived["iterations"], derived["kernel_count"], derived["kernels_per_iteration"],
+            derived["kar_source"], derived["kar"]) == (2, 9, 4.0, "roctx", None)

@@ -111,6 +111,7 @@ def build_synthetic_rocpd(
     counters: bool = False,
     t0: int | None = None,
     schema_version: str | None = None,
+    markers: Path | None = None,
 ) -> Path:
     """Write a SYNTHETIC rocpd database at ``path`` (see the module doc).
 
@@ -119,7 +120,9 @@ def build_synthetic_rocpd(
     rows repeated, each copy shifted by the recorded span in time and by the largest
     id in correlation/dispatch ids. ``t0``: move each recorded file's times so its
     first start is ``t0`` (as the rocprofv3 test double does). ``schema_version``
-    overrides ``rocpd_metadata.schema_version`` (to test unsupported versions)."""
+    overrides ``rocpd_metadata.schema_version`` (to test unsupported versions).
+    ``markers``: a marker trace CSV to use instead of ``api/marker_api_trace.csv``
+    (e.g. ``roctx_synthetic/marker_api_trace.csv``, ranges around the kernels)."""
     path.unlink(missing_ok=True)
     db = sqlite3.connect(path)
     db.executescript(schema_sql(guid))
@@ -130,7 +133,7 @@ def build_synthetic_rocpd(
     w = _Writer(con)
     kern = rows(TESTDATA / "kernel_trace.csv")
     hip = rows(TESTDATA / "api" / "hip_runtime_trace.csv")
-    marks = rows(TESTDATA / "api" / "marker_api_trace.csv")
+    marks = rows(markers or TESTDATA / "api" / "marker_api_trace.csv")
     mcopy = rows(TESTDATA / "memory_copy_trace.csv")
     pmc = rows(TESTDATA / "counter_collection.csv") if counters else []
 

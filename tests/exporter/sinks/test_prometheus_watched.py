@@ -70,3 +70,21 @@ def test_a_model_result_replaces_the_pids_sched_only_series() -> None:
     st.ingest("analytics_result", "a", result("m"))
     got = _scrape(st)["aaco_scheduler_interference_ratio"]
     assert got == [{"host": "a", "model": "m", "pid": "10", "comm": "srv"}]
+
+
+def test_kar_source_is_an_info_series_and_kar_keeps_its_labels() -> None:
+    """kar_source goes on aaco_kar_source_info (value 1), so the KAR series keep
+    their (host, model, pid) identity for dashboards and recording rules;
+    kernels per iteration is exported without a graph (KAR null)."""
+    st = PromState()
+    st.ingest("analytics_result", "a", schema.conform("analytics_result", pa.table({
+        "ts_ns": [1, 1], "host": ["a", "a"], "model": ["m", "vecops"], "pid": [10, 11],
+        "iterations": [2, 2], "kernel_count": [8, 8], "kernel_spans_total": [8, 8],
+        "iterations_total": [2, 2], "kar": [2.0, None], "kernels_per_iteration": [4.0, 4.0],
+        "kar_source": ["instrumented_iteration", "roctx"]})))
+    got = _scrape(st)
+    assert got["aaco_kernel_amplification_ratio"] == [{"host": "a", "model": "m", "pid": "10"}]
+    assert got["aaco_kar_source_info"] == [
+        {"host": "a", "model": "m", "pid": "10", "kar_source": "instrumented_iteration"},
+        {"host": "a", "model": "vecops", "pid": "11", "kar_source": "roctx"}]
+    assert len(got["aaco_kernels_per_iteration"]) == 2
