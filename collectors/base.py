@@ -80,6 +80,46 @@ class Collector(Protocol):
 
 
 Factory = Callable[[CollectorContext], Collector]
+
+OptionType = type | tuple[type, ...]
+"""The type of one collector option: ``str``, ``int``, ``float`` (an int is
+accepted), ``bool``, ``list``, ``dict``, or a tuple of those. A plugin lists
+its options in a class attribute ``OPTIONS: Mapping[str, OptionType]``."""
+
+
+def validate_options(name: str, options: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Check ``options`` of collector ``name`` against its ``OPTIONS``.
+
+    ``where`` prefixes each error (``"aaco.toml:collectors.gpu"``). Raises
+    ``ValueError`` of the form ``where.key: what is wrong`` for an unknown
+    collector, an unknown key or a value of the wrong type; returns a copy.
+
+    >>> validate_options("proc", {"interval_s": 2}, "f.toml:collectors.proc")
+    {'interval_s': 2}
+    >>> validate_options("proc", {"intervals": 2}, "f.toml:collectors.proc")
+    Traceback (most recent call last):
+    ...
+    ValueError: f.toml:collectors.proc.intervals: unknown option; known: interval_s, proc_root
+    """
+    _load_builtin()
+    if name not in _REGISTRY:
+        known = ", ".join(sorted(_REGISTRY))
+        raise ValueError(f"{where}: unknown collector {name!r}; known: {known}")
+    spec: Mapping[str, OptionType] | None = getattr(_REGISTRY[name], "OPTIONS", None)
+    if spec is None:
+        return dict(options)
+    for key, value in options.items():
+        if key not in spec:
+            raise ValueError(f"{where}.{key}: unknown option; known: {', '.join(sorted(spec))}")
+        t_or = spec[key]
+        want: tuple[type, ...] = t_or if isinstance(t_or, tuple) else (t_or,)
+        ok = any((isinstance(value, t) and not (t in (int, float) and isinstance(value, bool)))
+                 or (t is float and isinstance(value, int) and not isinstance(value, bool))
+                 for t in want)  # fmt: skip
+        if not ok:
+            names = " or ".join(t.__name__ for t in want)
+            raise ValueError(f"{where}.{key}: expected {names}, got {value!r}")
+    return dict(options)
 _REGISTRY: dict[str, Factory] = {}
 
 

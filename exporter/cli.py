@@ -32,6 +32,53 @@ def _fail(msg: str) -> None:
     raise typer.Exit(2)
 
 
+def _load_config_file(ctx: typer.Context, _param: object, value: Path | None) -> Path | None:
+    """``--config`` callback (eager): check the file and make its ``[run]``
+    keys the command's defaults (click ``default_map``: flag > env > file)."""
+    if value is None:
+        return None
+    from exporter.config import ConfigError, load_config
+
+    try:
+        cfg = load_config(value)
+        # keys are the long flags with underscores (--metrics-addr -> metrics_addr)
+        by_key = {o[2:].replace("-", "_"): p for p in ctx.command.params if p.name
+                  for o in p.opts if o.startswith("--") and o != "--config"}
+        run: dict[str, object] = {}
+        for key, v in cfg.run.items():
+            p = by_key.get(key)
+            if p is None or p.name is None:
+                known = ", ".join(sorted(by_key))
+                raise ConfigError(f"{value}:run.{key}: unknown key; known: {known}")
+            try:
+                p.process_value(ctx, v)
+            except typer.BadParameter as e:
+                raise ConfigError(f"{value}:run.{key}: {e.message}") from None
+            run[p.name] = v
+    except ConfigError as e:
+        _fail(str(e))
+        raise AssertionError from None  # _fail raises
+    ctx.default_map = {**(ctx.default_map or {}), **run}
+    ctx.meta["aaco_config"] = cfg
+    return value
+
+
+ConfigOpt = Annotated[Path | None, typer.Option(
+    "--config", is_eager=True, callback=_load_config_file,
+    help="TOML config file: [run] flags by name, [collectors.NAME] plugin options, [otlp] "
+         "(precedence flag > environment > file > default); see docs/configuration.md")]
+
+
+def _explicit(ctx: typer.Context) -> set[str]:
+    """Parameters set by a flag, the environment or the config file (not defaults)."""
+    out = set()
+    for p in ctx.command.params:
+        src = ctx.get_parameter_source(p.name) if p.name else None
+        if p.name and src is not None and src.name != "DEFAULT":
+            out.add(p.name)
+    return out
+
+
 def _kv(items: list[str], what: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for it in items:
@@ -109,6 +156,8 @@ def capture(
 
 @app.command()
 def run(
+    ctx: typer.Context,
+    config: ConfigOpt = None,
     model: Annotated[str | None, typer.Option(help="ONNX model to run and profile")] = None,
     model_name: Annotated[str | None, typer.Option()] = None,
     nats: NatsOpt = None,
@@ -200,7 +249,10 @@ def run(
                          rocprof_dir=rocprof_dir, kineto_dir=kineto_dir, watch=watch,
                          watch_comm=watch_comm, watch_cgroup=watch_cgroup,
                          max_watched=max_watched, watch_interval_s=watch_interval,
-                         nats_listen=(nl_host or "127.0.0.1", int(nl_port)))
+                         nats_listen=(nl_host or "127.0.0.1", int(nl_port)),
+                         explicit=_explicit(ctx))
+    if ctx.meta.get("aaco_config") is not None:
+        opts.collector_options = dict(ctx.meta["aaco_config"].collectors)
     cfg = _bus_cfg(nats, nats_creds, nats_user, nats_password, nats_token, nats_tls_ca)
     cfg.tls_cert, cfg.tls_key = nats_tls_cert, nats_tls_key
     opts.web_config, opts.otlp_bus = web_config_file, otlp_bus
@@ -209,9 +261,18 @@ def run(
         if not host_name.strip():
             _fail("--host must not be empty")
         opts.host = host_name
-    flags: dict[str, object] = {k: v for k, v in (
-        ("endpoint", otlp_endpoint), ("protocol", otlp_protocol), ("insecure", otlp_insecure),
-        ("ca_file", otlp_ca), ("compression", otlp_compression)) if v is not None}
+    fc = ctx.meta.get("aaco_config")
+    file_otlp: dict[str, object] = dict(fc.otlp) if fc is not None else {}
+    flags: dict[str, object] = {}
+    for key, param, v in (("endpoint", "otlp_endpoint", otlp_endpoint),
+                          ("protocol", "otlp_protocol", otlp_protocol),
+                          ("insecure", "otlp_insecure", otlp_insecure),
+                          ("ca_file", "otlp_ca", otlp_ca),
+                          ("compression", "otlp_compression", otlp_compression)):
+        if v is not None:  # a [run] otlp_* key of the file ranks below the environment
+            src = ctx.get_parameter_source(param)
+            from_file = src is not None and src.name == "DEFAULT_MAP"
+            (file_otlp if from_file else flags)[key] = v
     if otlp_header:
         headers = {}
         for h in otlp_header:
@@ -223,7 +284,7 @@ def run(
     try:  # flags > OTEL_* environment > defaults; OTLP on when an endpoint is known
         from exporter.sinks.otel_env import build_otlp_config
 
-        opts.otlp = build_otlp_config(flags, os.environ)
+        opts.otlp = build_otlp_config(flags, os.environ, file_otlp)
     except ValueError as e:
         _fail(str(e))
     try:
@@ -379,6 +440,48 @@ def instrument(
         exec_instrumented(command or [])
     except LaunchError as e:
         _fail(str(e))
+
+
+config_app = typer.Typer(help="Inspect the configuration.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+SECRET_KEYS = ("nats_password", "nats_token")
+
+
+@config_app.command("show")
+def config_show(config: Annotated[Path | None, typer.Option(
+        "--config", help="TOML config file, as given to run")] = None) -> None:
+    """Print the effective `run` configuration as TOML: defaults, then the
+    file, then the environment (secrets masked)."""
+    from exporter.config import ConfigError, load_config, to_toml
+    from exporter.sinks.otel_env import otlp_env
+
+    cmd = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
+    try:
+        fc = load_config(config) if config is not None else None
+        env_otlp = otlp_env(os.environ)
+    except (ConfigError, ValueError) as e:
+        _fail(str(e))
+        return
+    run: dict[str, object] = {}
+    for p in cmd.params:
+        longs = [o for o in p.opts if o.startswith("--") and o != "--config"]
+        if not longs or p.name is None:
+            continue
+        key = longs[0][2:].replace("-", "_")
+        value = p.default if not callable(p.default) else None
+        if fc is not None and key in fc.run:
+            value = fc.run[key]
+        envvar = p.envvar if isinstance(p.envvar, str) else None
+        if envvar and os.environ.get(envvar):
+            value = os.environ[envvar]
+        if p.name in SECRET_KEYS and value:
+            value = "***"
+        run[key] = list(value) if isinstance(value, tuple) else value
+    otlp = {**(fc.otlp if fc else {}), **env_otlp.generic}
+    if "headers" in otlp:
+        otlp["headers"] = {k: "***" for k in otlp["headers"]}  # header values are credentials
+    typer.echo(to_toml({"run": run, "collectors": dict(fc.collectors) if fc else {},
+                        "otlp": otlp}))
 
 
 def main() -> None:

@@ -70,6 +70,7 @@ class DaemonOptions:
     max_watched: int = 64
     watch_interval_s: float = 5.0
     nats_listen: tuple[str, int] = ("127.0.0.1", DEFAULT_PORT)  # the embedded server
+    explicit: set[str] = field(default_factory=set)  # run flags set by flag, env or [run]
 
     def watch_mode(self) -> str:
         """``auto`` or ``none``: auto by default, except as a lab load generator
@@ -77,9 +78,10 @@ class DaemonOptions:
         return self.watch or ("none" if self.model else "auto")
 
     def discovers(self) -> bool:
-        """Whether the ``discovery`` collector runs (any selector is set)."""
+        """Whether the ``discovery`` collector runs (any selector is set, or a
+        ``[collectors.discovery]`` section)."""
         return (self.watch_mode() == "auto" or bool(self.watch_comm or self.watch_cgroup)
-                or bool(self.pids))
+                or bool(self.pids) or "discovery" in self.collector_options)
     analytics: bool = True  # False: no own consumer; a standalone worker serves this host
 
 
@@ -97,6 +99,7 @@ def _build_collectors(opts: DaemonOptions, pids: set[int]) -> list[Collector]:
     if opts.kineto_dir:
         names.append("kineto")
     names += [n for n in opts.collectors if n not in names]
+    names += [n for n in opts.collector_options if n not in names]  # a config section turns it on
     out: list[Collector] = []
     for name in names:
         o = dict(opts.collector_options.get(name, {}))
@@ -106,12 +109,16 @@ def _build_collectors(opts: DaemonOptions, pids: set[int]) -> list[Collector]:
         if name == "rocprof":
             o.setdefault("dir", opts.rocprof_dir)
         if name == "discovery":
-            o.setdefault("auto", opts.watch_mode() == "auto")
-            o.setdefault("comm", opts.watch_comm)
-            o.setdefault("cgroup", opts.watch_cgroup)
-            o.setdefault("pids", list(opts.pids))
-            o.setdefault("max_watched", opts.max_watched)
-            o.setdefault("interval_s", opts.watch_interval_s)
+            # a flag (or [run] key) beats [collectors.discovery], which beats the flag default
+            for key, param, value in (
+                    ("auto", "watch", opts.watch_mode() == "auto"),
+                    ("comm", "watch_comm", opts.watch_comm),
+                    ("cgroup", "watch_cgroup", opts.watch_cgroup),
+                    ("pids", "pid", list(opts.pids)),
+                    ("max_watched", "max_watched", opts.max_watched),
+                    ("interval_s", "watch_interval", opts.watch_interval_s)):
+                if value is not None and (param in opts.explicit or key not in o):
+                    o[key] = value
         if name == "kineto":
             o.setdefault("dir", opts.kineto_dir)
         out.append(create(name, CollectorContext(opts.host, pids, o, log.info)))

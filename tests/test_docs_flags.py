@@ -25,7 +25,7 @@ EXTERNAL = {  # flags of other tools the docs show, by tool
     "--json": "rocm-smi / amd-smi", "--showmetrics": "rocm-smi",
     "--output-format": "rocprofv3", "--kernel-trace": "rocprofv3",
     "--hip-runtime-trace": "rocprofv3", "--marker-trace": "rocprofv3",
-    "--collection-period": "rocprofv3", "--strict": "mypy",
+    "--collection-period": "rocprofv3", "--strict": "mypy", "--help": "every command (click)",
 }
 
 

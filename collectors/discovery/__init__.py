@@ -21,11 +21,12 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import ClassVar
 
 import pyarrow as pa
 
-from collectors.base import CollectorContext, Emit, register
+from collectors.base import CollectorContext, Emit, OptionType, register
 from collectors.discovery.scan import Discovery, Selectors, Target
 
 __all__ = ["Discovery", "DiscoveryCollector", "Selectors", "Target"]
@@ -36,6 +37,10 @@ class DiscoveryCollector:
     """See the module doc."""
 
     name = "discovery"
+    OPTIONS: ClassVar[Mapping[str, OptionType]] = {
+        "auto": bool, "comm": str, "cgroup": str, "pids": list, "max_watched": int,
+        "interval_s": float}
+    """Config keys (``[collectors.discovery]``) and their types; see ``sample.toml``."""
     source = "proc"
 
     def __init__(self, ctx: CollectorContext) -> None:

@@ -30,10 +30,10 @@ import itertools
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, ClassVar, Protocol
 
-from collectors.base import CollectorContext, Emit, register
+from collectors.base import CollectorContext, Emit, OptionType, register
 from collectors.gpu import amd_smi, amdsmi_lib, nvml, rocm_smi, sysfs
 from collectors.gpu import rows as R
 from collectors.gpu.runner import CliError, run_cli
@@ -221,6 +221,10 @@ class GpuCollector:
     """Publishes one ``gauge_sample`` batch per poll (all GPUs, base units)."""
 
     name = "gpu"
+    OPTIONS: ClassVar[Mapping[str, OptionType]] = {
+        "source": str, "interval_s": float, "timeout_s": float, "sysfs_root": str, "amd_smi": str,
+        "rocm_smi": str, "amdsmi_module": str, "nvml_module": str}
+    """Config keys (``[collectors.gpu]``) and their types; see ``sample.toml``."""
 
     def __init__(self, ctx: CollectorContext, backend: Backend | None = None) -> None:
         self.ctx = ctx

@@ -15,10 +15,11 @@ The parser is :func:`collectors.rocprof.jsonfmt.kineto_emits` (shared with
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import ClassVar
 
-from collectors.base import CollectorContext, Emit, register
+from collectors.base import CollectorContext, Emit, OptionType, register
 from collectors.kineto.follow import TraceDirFollower
 from collectors.rocprof.rejects import Rejects
 
@@ -32,6 +33,9 @@ class KinetoCollector:
     to :meth:`drops`)."""
 
     name = "kineto"
+    OPTIONS: ClassVar[Mapping[str, OptionType]] = {
+        "dir": str, "interval_s": float, "settle_s": float, "model": str}
+    """Config keys (``[collectors.kineto]``) and their types; see ``sample.toml``."""
     source = "kineto"
 
     def __init__(self, ctx: CollectorContext) -> None:

@@ -21,11 +21,11 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import onnxruntime as ort
 
-from collectors.base import CollectorContext, Emit, register
+from collectors.base import CollectorContext, Emit, OptionType, register
 from collectors.ort.graph import Graph, ModelError, load_graph
 from collectors.ort.inputs import InputError, make_inputs
 from collectors.ort.profile import Profile, parse_profile
@@ -138,6 +138,11 @@ class OrtCollector:
     """
 
     name = "ort"
+    OPTIONS: ClassVar[Mapping[str, OptionType]] = {
+        "model": str, "model_name": str, "profile_dir": str, "providers": list, "dims": dict,
+        "fill": dict, "intra_op_threads": int, "iterations": int, "warmup": int, "chunk_s": float,
+        "chunk_iterations": int, "interval_s": float}
+    """Config keys (``[collectors.ort]``) and their types; see ``sample.toml``."""
 
     def __init__(self, ctx: CollectorContext) -> None:
         o: Mapping[str, Any] = ctx.options

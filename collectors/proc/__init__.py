@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import ClassVar
 
-from collectors.base import CollectorContext, Emit, register
+from collectors.base import CollectorContext, Emit, OptionType, register
 from collectors.proc.sampler import ProcSampler
 
 
@@ -18,6 +19,9 @@ class ProcCollector:
     """Publishes one ``sched_sample`` batch per interval (deltas per thread)."""
 
     name = "proc"
+    OPTIONS: ClassVar[Mapping[str, OptionType]] = {
+        "interval_s": float, "proc_root": str}
+    """Config keys (``[collectors.proc]``) and their types; see ``sample.toml``."""
     source = "proc"
 
     def __init__(self, ctx: CollectorContext) -> None:

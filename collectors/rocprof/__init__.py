@@ -18,10 +18,11 @@ Public API for the daemon / CLI:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import ClassVar
 
-from collectors.base import CollectorContext, Emit, register
+from collectors.base import CollectorContext, Emit, OptionType, register
 from collectors.rocprof.clock import ClockMapper
 from collectors.rocprof.follow import DirFollower
 from collectors.rocprof.rejects import Rejects
@@ -36,6 +37,9 @@ class RocprofCollector:
     raises from :meth:`collect` (bad rows go to :meth:`drops`)."""
 
     name = "rocprof"
+    OPTIONS: ClassVar[Mapping[str, OptionType]] = {
+        "dir": str, "interval_s": float, "settle_s": float}
+    """Config keys (``[collectors.rocprof]``) and their types; see ``sample.toml``."""
     source = "rocprofv3"
 
     def __init__(self, ctx: CollectorContext) -> None:

@@ -27,12 +27,13 @@ from __future__ import annotations
 import itertools
 import os
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import ClassVar
 
 import pyarrow as pa
 
-from collectors.base import CollectorContext, Emit, register
+from collectors.base import CollectorContext, Emit, OptionType, register
 from collectors.proc.sampler import ProcSampler
 from collectors.sched.probe import ProbeError, SchedProbe, to_table
 
@@ -77,6 +78,9 @@ class SchedCollector:
     """
 
     name = "sched"
+    OPTIONS: ClassVar[Mapping[str, OptionType]] = {
+        "source": str, "interval_s": float, "cgroup": (str, int), "proc_root": str}
+    """Config keys (``[collectors.sched]``) and their types; see ``sample.toml``."""
 
     def __init__(self, ctx: CollectorContext, *, program: str | None = None) -> None:
         self.ctx = ctx

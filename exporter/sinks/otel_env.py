@@ -149,24 +149,28 @@ def otlp_env(env: Mapping[str, str]) -> OtlpEnv:
     return out
 
 
-def build_otlp_config(flags: Mapping[str, Any], env: Mapping[str, str]) -> Any:
+def build_otlp_config(flags: Mapping[str, Any], env: Mapping[str, str],
+                      file: Mapping[str, Any] | None = None) -> Any:
     """The :class:`~exporter.sinks.otlp.OtlpConfig` from command-line ``flags``
-    (only those given) over the environment, or ``None`` when OTLP is off.
+    (only those given) over the environment over the config ``file``'s
+    ``[otlp]`` values, or ``None`` when OTLP is off.
 
-    Precedence: flag > environment (per-signal variable > generic) > default.
-    OTLP is on when ``--otlp-endpoint`` is given, or an endpoint variable is
-    set and ``OTEL_SDK_DISABLED`` is not ``true``. Raises ``ValueError``
-    naming the variable or the field that is wrong.
+    Precedence: flag > environment (per-signal variable > generic) > file >
+    default. OTLP is on when ``--otlp-endpoint`` is given, the file names an
+    endpoint, or an endpoint variable is set and ``OTEL_SDK_DISABLED`` is not
+    ``true``. Raises ``ValueError`` naming the variable or the field that is
+    wrong.
     """
     e = otlp_env(env)
-    if "endpoint" not in flags and not e.enabled:
+    file = dict(file or {})
+    if "endpoint" not in flags and "endpoint" not in file and not e.enabled:
         return None
     from exporter.sinks.otlp import OtlpConfig  # the SDK only when OTLP is on
 
     per = {sig: {k: v for k, v in d.items()
                  if k not in flags and not (k == "endpoint_is_signal_url" and "endpoint" in flags)}
            for sig, d in e.per_signal.items()}
-    fields = {**e.generic, **flags}
+    fields = {**file, **e.generic, **flags}
     if ("insecure" not in fields and fields.get("protocol", "grpc") == "grpc"
             and str(fields.get("endpoint", "")).startswith("http://")):
         fields["insecure"] = True  # gRPC: an http:// scheme means no TLS (OTLP exporter spec)
