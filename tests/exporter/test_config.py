@@ -50,8 +50,9 @@ def test_a_bad_file_is_one_error_naming_file_and_key(tmp_path: Path, text: str,
     f.write_text(text)
     try:
         load_config(f)
-        from exporter.cli import app  # [run] keys are checked against run's flags
         from typer.testing import CliRunner
+
+        from exporter.cli import app  # [run] keys are checked against run's flags
 
         r = CliRunner().invoke(app, ["run", "--config", str(f)])
         assert r.exit_code == 2
