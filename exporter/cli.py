@@ -79,6 +79,16 @@ def _explicit(ctx: typer.Context) -> set[str]:
     return out
 
 
+def _providers(text: str | None) -> list[str] | None:
+    """``--providers A,B`` as a list (``None`` when not given)."""
+    if not text:
+        return None
+    out = [p.strip() for p in text.split(",") if p.strip()]
+    if not out:
+        _fail(f"--providers {text!r} names no provider")
+    return out
+
+
 def _kv(items: list[str], what: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for it in items:
@@ -113,6 +123,10 @@ def capture(
     nats: NatsOpt = None,
     quiet: Annotated[bool, typer.Option(help="no progress bar")] = False,
     rocprofv3: Annotated[str, typer.Option(help="rocprofv3 executable")] = "rocprofv3",
+    providers: Annotated[str | None, typer.Option(
+        help="ONNX Runtime execution providers in order, comma-separated (e.g. "
+             "MIGraphXExecutionProvider,CPUExecutionProvider); default: the best available")
+    ] = None,
 ) -> None:
     """Bounded lab capture; prints the session directory as the last line.
 
@@ -144,7 +158,8 @@ def capture(
     opts = CaptureOptions(model=model, iterations=iterations, warmup=warmup, out=out,
                           model_name=model_name, dims={k: int(v) for k, v in
                                                        _kv(dim, "--dim").items()},
-                          fill=_kv(fill, "--fill"), progress=not quiet, argv=sys.argv)
+                          fill=_kv(fill, "--fill"), progress=not quiet, argv=sys.argv,
+                          providers=_providers(providers))
     try:
         session, derived = asyncio.run(run_capture(opts, BusConfig(url=nats)))
     except (ModelError, InputError, BusError, NatsServerError) as e:
@@ -160,6 +175,8 @@ def run(
     config: ConfigOpt = None,
     model: Annotated[str | None, typer.Option(help="ONNX model to run and profile")] = None,
     model_name: Annotated[str | None, typer.Option()] = None,
+    providers: Annotated[str | None, typer.Option(
+        help="with --model: ONNX Runtime execution providers in order, comma-separated")] = None,
     nats: NatsOpt = None,
     metrics_addr: Annotated[str, typer.Option(help="HOST:PORT for /metrics")] = "0.0.0.0:9464",
     pid: Annotated[list[int], typer.Option(help="also watch this process")] = [],  # noqa: B006
@@ -253,6 +270,13 @@ def run(
                          explicit=_explicit(ctx))
     if ctx.meta.get("aaco_config") is not None:
         opts.collector_options = dict(ctx.meta["aaco_config"].collectors)
+    if providers and not model:
+        _fail("--providers applies to --model (the lab load generator); an observed server "
+              "chooses its own providers")
+    if providers:
+        opts.collector_options.setdefault("ort", {})
+        opts.collector_options["ort"] = {**opts.collector_options["ort"],
+                                         "providers": _providers(providers)}
     cfg = _bus_cfg(nats, nats_creds, nats_user, nats_password, nats_token, nats_tls_ca)
     cfg.tls_cert, cfg.tls_key = nats_tls_cert, nats_tls_key
     opts.web_config, opts.otlp_bus = web_config_file, otlp_bus

@@ -26,6 +26,7 @@ EXTERNAL = {  # flags of other tools the docs show, by tool
     "--output-format": "rocprofv3", "--kernel-trace": "rocprofv3",
     "--hip-runtime-trace": "rocprofv3", "--marker-trace": "rocprofv3",
     "--collection-period": "rocprofv3", "--strict": "mypy", "--help": "every command (click)",
+    "--force-reinstall": "pip", "--no-deps": "pip",
 }
 
 

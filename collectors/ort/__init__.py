@@ -65,6 +65,55 @@ def best_providers() -> list[str]:
     return [p for p in PREFERRED_PROVIDERS if p in have] or ["CPUExecutionProvider"]
 
 
+GPU_EXTRAS = {"ROCMExecutionProvider": "rocm", "MIGraphXExecutionProvider": "migraphx"}
+"""Execution providers of AMD GPUs and the aaco-exporter extra that brings each
+(``onnxruntime-rocm``, ``onnxruntime-migraphx``)."""
+
+
+def check_providers(wanted: list[str] | None) -> list[str]:
+    """``wanted`` (or :func:`best_providers`) after checking each is available.
+
+    Raises :class:`ModelError` naming an unavailable provider, the available
+    ones and, for an AMD GPU provider, the extra that installs it.
+    """
+    if not wanted:
+        return best_providers()
+    have = ort.get_available_providers()
+    for p in wanted:
+        if p not in have:
+            hint = (f"; install aaco-exporter[{GPU_EXTRAS[p]}] (see docs/execution-providers.md)"
+                    if p in GPU_EXTRAS else "")
+            raise ModelError(f"execution provider {p!r} is not available in this onnxruntime "
+                             f"(available: {', '.join(have)}){hint}")
+    return list(wanted)
+
+
+def gpu_present(dev: Path = Path("/dev/kfd"), drm: Path = Path("/sys/class/drm")) -> bool:
+    """An AMD GPU is visible: ``/dev/kfd`` exists or a DRM card has vendor 0x1002."""
+    if dev.exists():
+        return True
+    try:
+        return any((c / "device/vendor").read_text().strip() == "0x1002"
+                   for c in drm.glob("card[0-9]*") if (c / "device/vendor").exists())
+    except OSError:
+        return False
+
+
+def cpu_only_warning(providers: list[str], gpu: bool) -> str | None:
+    """The one-line warning when a GPU is present but only the CPU provider runs.
+
+    >>> cpu_only_warning(["CPUExecutionProvider"], gpu=True)[:29]
+    'an AMD GPU is present but ONN'
+    >>> cpu_only_warning(["ROCMExecutionProvider"], gpu=True) is None
+    True
+    """
+    if gpu and providers == ["CPUExecutionProvider"]:
+        return ("an AMD GPU is present but ONNX Runtime runs on CPUExecutionProvider only; "
+                "install aaco-exporter[rocm] or [migraphx] and pass --providers "
+                "(docs/execution-providers.md)")
+    return None
+
+
 class ModelRunner:
     """Runs one model with profiling, chunk by chunk, in this process."""
 
@@ -79,7 +128,7 @@ class ModelRunner:
         profile_dir: Path | None = None,
     ) -> None:
         self.graph = graph
-        self.providers = providers or best_providers()
+        self.providers = check_providers(providers)
         self.intra_op_threads = intra_op_threads
         self._tmp = tempfile.TemporaryDirectory(prefix="aaco-ort-")
         self.profile_dir = profile_dir or Path(self._tmp.name)
@@ -159,6 +208,9 @@ class OrtCollector:
             profile_dir=Path(pdir) if pdir else None,
         )
         self.source = self.runner.provider
+        warning = cpu_only_warning(self.runner.providers, gpu_present())
+        if warning:
+            ctx.log(f"ort: {warning}")
         self.total = int(o.get("iterations", 0))
         self.warmup = int(o.get("warmup", 1))
         self.chunk_s = float(o.get("chunk_s", 1.0))
