@@ -50,3 +50,18 @@ def make_pki(d: Path) -> dict[str, Path]:
                 "-CAcreateserial", "-out", f"{name}.crt", "-days", "2",
                 "-extfile", f"{name}.ext")
     return {n: d / n for n in ("ca.crt", "server.crt", "server.key", "client.crt", "client.key")}
+
+
+def scrape_metrics(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """``/metrics`` on 127.0.0.1:``port``, parsed: sample name -> [(labels, value)]."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=3) as r:
+        text = r.read().decode()
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out.setdefault(s.name, []).append((dict(s.labels), float(s.value)))
+    return out

@@ -9,17 +9,15 @@ import os
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config import ConfigError, load_config, to_toml
 from exporter.natsserver import EmbeddedNats, free_port
 from exporter.sinks.otel_env import build_otlp_config
-from tests.support import ROOT, load_path
+from tests.support import ROOT, load_path, scrape_metrics
 
 rx = load_path("aaco_otlp_receiver", ROOT / "tests/exporter/sinks/otlp_receiver.py")
 EXE = str(Path(sys.executable).parent / "aaco-exporter")
@@ -109,14 +107,7 @@ def test_to_toml_round_trips_through_tomllib() -> None:
     assert tomllib.loads(to_toml(data)) == data
 
 
-def _scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=3) as r:
-        text = r.read().decode()
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out.setdefault(s.name, []).append((dict(s.labels), float(s.value)))
-    return out
+_scrape = scrape_metrics
 
 
 @pytest.mark.root

@@ -8,13 +8,12 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.natsserver import free_port
+from tests.support import scrape_metrics
 
 N = 200
 HOST = "observe-e2e"
@@ -39,14 +38,7 @@ sys.stdin.read()
 """
 
 
-def _scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=3) as r:
-        text = r.read().decode()
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out.setdefault(s.name, []).append((dict(s.labels), float(s.value)))
-    return out
+_scrape = scrape_metrics
 
 
 def _of(m: dict[str, list[tuple[dict[str, str], float]]], name: str,

@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -41,12 +42,27 @@ T0 = 1550151853000000
 PID = 834304
 
 
+def _evaluate(emits: list[Any]) -> tuple[Analytics, dict[str, Any]]:
+    """The engine after folding ``emits`` (with a 2-node ``vecops`` graph), and
+    its settled result for the run's pid."""
+    eng = Analytics(window_s=None)
+    eng.ingest("graph_info", "h", pa.table({"model": ["vecops"], "node_count": [2]}))
+    for e in emits:
+        eng.ingest(e.signal, "h", e.batch)
+    eng.settle()
+    return eng, eng.evaluate(("h", PID, "vecops"))
+
+
 @pytest.mark.parametrize(("name", "match"), [
     ("run", True), ("run:bert", True), ("inference 12", True), ("Inference", True),
     ("aaco.iteration:resnet50", True), ("step", True), ("infer-7", True),
     ("ProfilerStep#3", True), ("running", False), ("run_setup", False),
     ("preprocess", False), ("hipLaunchKernel", False), ("my run", False),
 ])
+
+
+
+
 def test_default_pattern_matches_run_names_as_whole_words(name: str, match: bool) -> None:
     """The default iteration pattern: (aaco.)? + iteration|inference|infer|run|step
     as a whole word (not followed by a letter, digit or _), or ProfilerStep#N."""
@@ -113,12 +129,7 @@ def test_replay_with_marker_trace_gives_exact_kar_from_gpu_kernels(tmp_path: Pat
         == [(0, 4, 47000, "roctx"), (1, 4, 82000, "roctx")]
     assert emits[1].key == f"rocprof:{run / 'marker_api_trace.csv'}:roctx"
     assert rejects.counts == {"overlapping_marker": 1}
-    eng = Analytics(window_s=None)
-    eng.ingest("graph_info", "h", pa.table({"model": ["vecops"], "node_count": [2]}))
-    for e in emits:
-        eng.ingest(e.signal, "h", e.batch)
-    eng.settle()
-    r = eng.evaluate(("h", PID, "vecops"))
+    eng, r = _evaluate(emits)
     assert (r["iterations"], r["kernel_count"], r["kernels_per_iteration"], r["kar"],
             r["kar_source"]) == (2, 9, 4.0, 2.0, "roctx")
     assert r["latency_mean_s"] == pytest.approx(64.5e-6)
@@ -190,12 +201,7 @@ def test_rocpd_marker_regions_give_exact_kar(tmp_path: Path) -> None:
                       strict=True)) == [(1, 0), (2, 0), (3, 0), (4, 0), (5, None), (6, 1),
                                         (11, 1), (12, 1), (13, None)]
     assert rejects.counts == {"overlapping_marker": 1}
-    eng = Analytics(window_s=None)
-    eng.ingest("graph_info", "h", pa.table({"model": ["vecops"], "node_count": [2]}))
-    for e in emits:
-        eng.ingest(e.signal, "h", e.batch)
-    eng.settle()
-    r = eng.evaluate(("h", PID, "vecops"))
+    eng, r = _evaluate(emits)
     assert (r["iterations"], r["kernel_count"], r["kernels_per_iteration"], r["kar"],
             r["kar_source"]) == (2, 9, 3.5, 1.75, "roctx")
     assert eng.drops["unattributed_kernel"] == 2
