@@ -222,6 +222,16 @@ def run(
         min=1, help="most processes watched; the rest are counted as dropped")] = 64,
     watch_interval: Annotated[float, typer.Option(
         min=0.1, help="seconds between discovery rescans")] = 5.0,
+    attach: Annotated[list[int], typer.Option(
+        help="sample this GPU process with rocprofv3 --attach windows (repeatable)")
+    ] = [],  # noqa: B006
+    attach_every: Annotated[float, typer.Option(
+        min=0.1, help="seconds between attach windows of a process")] = 60.0,
+    attach_window: Annotated[float, typer.Option(
+        min=0.05, help="length of one attach window, seconds")] = 2.0,
+    attach_discovered: Annotated[bool, typer.Option(
+        help="also sample every process discovery watches")] = False,
+    rocprofv3: Annotated[str, typer.Option(help="rocprofv3 executable (--attach)")] = "rocprofv3",
     nats_listen: Annotated[str, typer.Option(
         help="HOST:PORT of the embedded nats-server (no --nats); instrumented processes "
              "publish here (AACO_NATS_URL)")] = "127.0.0.1:4222",
@@ -267,7 +277,9 @@ def run(
                          watch_comm=watch_comm, watch_cgroup=watch_cgroup,
                          max_watched=max_watched, watch_interval_s=watch_interval,
                          nats_listen=(nl_host or "127.0.0.1", int(nl_port)),
-                         explicit=_explicit(ctx))
+                         explicit=_explicit(ctx), attach_pids=list(attach),
+                         attach_every_s=attach_every, attach_window_s=attach_window,
+                         attach_discovered=attach_discovered, rocprofv3=rocprofv3)
     if ctx.meta.get("aaco_config") is not None:
         opts.collector_options = dict(ctx.meta["aaco_config"].collectors)
     if providers and not model:

@@ -71,6 +71,11 @@ class DaemonOptions:
     watch_interval_s: float = 5.0
     nats_listen: tuple[str, int] = ("127.0.0.1", DEFAULT_PORT)  # the embedded server
     explicit: set[str] = field(default_factory=set)  # run flags set by flag, env or [run]
+    attach_pids: list[int] = field(default_factory=list)  # rocprofv3 --attach sampling
+    attach_every_s: float = 60.0
+    attach_window_s: float = 2.0
+    attach_discovered: bool = False
+    rocprofv3: str = "rocprofv3"
 
     def watch_mode(self) -> str:
         """``auto`` or ``none``: auto by default, except as a lab load generator
@@ -98,6 +103,8 @@ def _build_collectors(opts: DaemonOptions, pids: set[int]) -> list[Collector]:
         names.append("rocprof")
     if opts.kineto_dir:
         names.append("kineto")
+    if opts.attach_pids or opts.attach_discovered:
+        names.append("attach")
     names += [n for n in opts.collectors if n not in names]
     names += [n for n in opts.collector_options if n not in names]  # a config section turns it on
     out: list[Collector] = []
@@ -121,6 +128,15 @@ def _build_collectors(opts: DaemonOptions, pids: set[int]) -> list[Collector]:
                     o[key] = value
         if name == "kineto":
             o.setdefault("dir", opts.kineto_dir)
+        if name == "attach":
+            for key, param, value in (
+                    ("pids", "attach", list(opts.attach_pids)),
+                    ("every_s", "attach_every", opts.attach_every_s),
+                    ("window_s", "attach_window", opts.attach_window_s),
+                    ("discovered", "attach_discovered", opts.attach_discovered),
+                    ("rocprofv3", "rocprofv3", opts.rocprofv3)):
+                if param in opts.explicit or key not in o:
+                    o[key] = value
         out.append(create(name, CollectorContext(opts.host, pids, o, log.info)))
     return out
 

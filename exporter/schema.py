@@ -199,6 +199,8 @@ ANALYTICS_RESULT = pa.schema(
         pa.field("comm", pa.string()),  # the process's comm (sched samples), when known
         pa.field("kernels_per_iteration", pa.float64()),  # KAR's numerator, known without a graph
         pa.field("kar_source", pa.string()),  # ort_profiler, roctx, instrumented_iteration, kineto
+        pa.field("latency_attached_mean_s", pa.float64()),  # iterations inside attach windows
+        pa.field("latency_detached_mean_s", pa.float64()),  # and outside them (same key)
     ]
 )
 """One row per (host, pid, model) key each time its window is evaluated.

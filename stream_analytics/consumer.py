@@ -215,6 +215,13 @@ class AnalyticsConsumer:
         if self._unacked and (not msgs or len(self._unacked) >= 5_000
                               or now - self._last_flush >= self.flush_interval_s):
             await self.flush()
+        elif (not msgs and self.engine.window_s is not None and self.engine.held_kernels()
+              and now - self._last_flush >= self.flush_interval_s):
+            # an idle stream still resolves kernels whose grace ran out (results() does)
+            self.generation += 1
+            await self._publish_results(self.last_seq, self.last_seq, 0)
+            await self._save()
+            self._last_flush = now
         return len(msgs)
 
     def _fold(self, msgs: list[Any]) -> None:

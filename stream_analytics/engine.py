@@ -316,6 +316,8 @@ class Analytics:
         self.nodes: dict[tuple[str, str], int] = {}  # (host, model) -> node_count
         self.sched: dict[tuple[str, int], deque[tuple[int, int, int, int]]] = {}
         self.comms: dict[tuple[str, int], str] = {}  # (host, pid) -> process comm
+        # (host, pid) -> recent rocprofv3 --attach windows (start_ns, end_ns)
+        self.attach: dict[tuple[str, int], deque[tuple[int, int]]] = {}
         self.drops: Counter[str] = Counter()
 
     # -- ingest --------------------------------------------------------------
@@ -332,6 +334,24 @@ class Analytics:
             self._graph(host, t)
         elif signal == "sched_sample":
             self._sched(host, t)
+        elif signal == "gauge_sample":
+            self._attach_windows(host, t)
+
+    def _attach_windows(self, host: str, t: pa.Table) -> None:
+        """Remember ``rocprofv3 --attach`` windows (``aaco.attach.window.duration``
+        rows of the attach collector: ts = window end, value = seconds) per pid."""
+        sel = t.filter(pc.equal(t.column("metric").cast(pa.string()),
+                                "aaco.attach.window.duration"))
+        for ts, v, attrs in zip(*(sel.column(c).to_pylist()
+                                  for c in ("ts_ns", "value", "attributes")), strict=True):
+            pid = dict(attrs or []).get("pid")
+            if pid is None or not str(pid).isdigit():
+                continue
+            dq = self.attach.setdefault((host, int(pid)), deque(maxlen=256))
+            dq.append((int(ts) - int(v * 1e9), int(ts)))
+            for k, st in self.keys.items():
+                if k[0] == host and k[1] == int(pid):
+                    st.dirty = True
 
     def _state(self, key: Key) -> KeyState:
         st = self.keys.get(key)
@@ -693,6 +713,16 @@ class Analytics:
             row["latency_mean_s"] = float(lat.mean())
             row["latency_p50_s"] = float(np.percentile(lat, 50))
             row["latency_p99_s"] = float(np.percentile(lat, 99))
+            wins = self.attach.get((host, pid))
+            if wins:  # the attach duty cycle's cost: latency inside vs outside windows
+                starts = np.array([r.start_ns for r in its], dtype=np.int64)
+                inside = np.zeros(len(its), dtype=bool)
+                for a, b in wins:
+                    inside |= (starts >= a) & (starts <= b)
+                if inside.any():
+                    row["latency_attached_mean_s"] = float(lat[inside].mean())
+                if (~inside).any():
+                    row["latency_detached_mean_s"] = float(lat[~inside].mean())
         self._sii(row, host, pid, w0 if self.window_s is not None else 0)
         return row
 
@@ -761,6 +791,7 @@ class Analytics:
             "nodes": [[h, m, n] for (h, m), n in self.nodes.items()],
             "sched": [[h, p, list(map(list, dq))] for (h, p), dq in self.sched.items()],
             "comms": [[h, p, c] for (h, p), c in self.comms.items()],
+            "attach": [[h, p, list(map(list, dq))] for (h, p), dq in self.attach.items()],
             "sched_keys": self.sched_keys,
             "forget_s": self.forget_s,
             "drops": dict(self.drops),
@@ -795,6 +826,8 @@ class Analytics:
         eng.joins = {(str(h), int(p)): PidJoin.from_dict(j) for h, p, j in d.get("joins", [])}
         eng.bucket_ns = int(d["bucket_ns"])
         eng.comms = {(h, int(p)): str(c) for h, p, c in d.get("comms", [])}
+        eng.attach = {(h, int(p)): deque(((int(a), int(b)) for a, b in v), maxlen=256)
+                      for h, p, v in d.get("attach", [])}
         eng.nodes = {(h, m): int(n) for h, m, n in d["nodes"]}
         eng.sched = {(h, int(p)): deque(tuple(x) for x in v) for h, p, v in d["sched"]}
         eng.drops = Counter(d["drops"])

@@ -27,6 +27,7 @@ EXTERNAL = {  # flags of other tools the docs show, by tool
     "--hip-runtime-trace": "rocprofv3", "--marker-trace": "rocprofv3",
     "--collection-period": "rocprofv3", "--strict": "mypy", "--help": "every command (click)",
     "--force-reinstall": "pip", "--no-deps": "pip",
+    "--attach-duration-msec": "rocprofv3", "--attach-sync-output": "rocprofv3",
 }
 
 

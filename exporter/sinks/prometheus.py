@@ -235,6 +235,10 @@ class PromState:
                                 labels=[*lab, "comm"])
         act = GaugeMetricFamily("aaco_gpu_active_ratio",
                                 "Union of kernel busy intervals / window wall time", labels=lab)
+        att = GaugeMetricFamily("aaco_attach_iteration_latency_seconds",
+                                "Mean iteration latency inside (phase=inside) and outside "
+                                "rocprofv3 --attach windows: the sampling's cost",
+                                labels=[*lab, "phase"])
         lat = GaugeMetricFamily("aaco_iteration_latency_seconds",
                                 "Iteration latency over the window (stat = mean, p50, p99)",
                                 labels=[*lab, "stat"])
@@ -260,6 +264,10 @@ class PromState:
                     fam.add_metric(lv, float(r[col]))
             if r.get("sii") is not None:
                 sii.add_metric([*lv, comm_label(r.get("comm"))], float(r["sii"]))
+            for phase, col in (("inside", "latency_attached_mean_s"),
+                               ("outside", "latency_detached_mean_s")):
+                if r.get(col) is not None:
+                    att.add_metric([*lv, phase], float(r[col]))
             for stat in ("mean", "p50", "p99"):
                 v = r.get(f"latency_{stat}_s")
                 if v is not None:
@@ -275,7 +283,7 @@ class PromState:
                                 r.get("family_time_ns_total") or [], strict=True):
                 spans.add_metric([*lv, f], float(n))
                 ktime.add_metric([*lv, f], ns / 1e9)
-        yield from (kar, lts, sii, act, lat, nodes, kpi, src, its, spans, ktime)
+        yield from (kar, lts, sii, act, lat, att, nodes, kpi, src, its, spans, ktime)
 
     def _collect_sched(self) -> Iterator[Metric]:
         lab = ["host", "pid", "comm"]
