@@ -201,3 +201,60 @@ def test_run_attach_publishes_every_windows_spans_and_the_duty_cycle(
     finally:
         daemon.terminate()
         daemon.wait(30)
+
+
+LOOP = """
+import sys, time
+import onnxruntime as ort
+from collectors.ort.inputs import make_inputs
+sess = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+feed = make_inputs(sess.get_inputs())
+print("ready", flush=True)
+while True:
+    sess.run(None, feed)
+"""
+
+
+@pytest.mark.slow
+def test_attach_to_an_instrumented_server_gives_gpu_kernel_kar_with_its_source(
+        tmp_path: Path, nats_server: object, magika_model: Path) -> None:
+    """A server under `instrument` started with ROCP_TOOL_ATTACH=1 and sampled
+    with `run --attach`: the windows' GPU kernels join its iteration spans, and
+    /metrics shows KAR from GPU kernels with kar_source instrumented_iteration."""
+    url = nats_server.url  # type: ignore[attr-defined]
+    port = free_port()
+    (tmp_path / "loop.py").write_text(LOOP)
+    env = dict(os.environ, PATH=f"{DOUBLE_DIR}:{os.environ['PATH']}", AACO_NATS_URL=url,
+               ROCP_TOOL_ATTACH="1")
+    loop = subprocess.Popen([EXE, "instrument", "--", sys.executable, str(tmp_path / "loop.py"),
+                             str(magika_model)], env=env, stdout=subprocess.PIPE, text=True)
+    assert loop.stdout is not None and loop.stdout.readline().strip() == "ready"
+    daemon = subprocess.Popen(
+        [EXE, "run", "--watch", "none", "--nats", url, "--metrics-addr", f"127.0.0.1:{port}",
+         "--attach", str(loop.pid), "--attach-every", "1", "--attach-window", "0.3",
+         "--log-level", "WARNING"], env=env, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    try:
+        deadline, m = time.monotonic() + 60, {}
+        while time.monotonic() < deadline:
+            try:
+                m = scrape_metrics(port)
+            except OSError:
+                m = {}
+            src = [lab for lab, _ in m.get("aaco_kar_source_info", [])
+                   if lab.get("pid") == str(loop.pid)]
+            if src and any(lab.get("pid") == str(loop.pid)
+                           for lab, _ in m.get("aaco_kernel_amplification_ratio", [])):
+                break
+            time.sleep(0.5)
+        assert [lab["kar_source"] for lab, _ in m.get("aaco_kar_source_info", [])
+                if lab.get("pid") == str(loop.pid)] == ["instrumented_iteration"], m.get(
+            "aaco_kar_source_info")
+        (kar,) = [v for lab, v in m["aaco_kernel_amplification_ratio"]
+                  if lab["pid"] == str(loop.pid)]
+        assert kar > 0
+    finally:
+        daemon.terminate()
+        daemon.wait(30)
+        loop.kill()
+        loop.wait()
