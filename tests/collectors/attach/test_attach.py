@@ -219,8 +219,9 @@ while True:
 def test_attach_to_an_instrumented_server_gives_gpu_kernel_kar_with_its_source(
         tmp_path: Path, nats_server: object, magika_model: Path) -> None:
     """A server under `instrument` started with ROCP_TOOL_ATTACH=1 and sampled
-    with `run --attach`: the windows' GPU kernels join its iteration spans, and
-    /metrics shows KAR from GPU kernels with kar_source instrumented_iteration."""
+    with `run --attach`: the windows' GPU kernels join its iteration spans,
+    /metrics shows KAR from GPU kernels with kar_source instrumented_iteration,
+    and the server's mean latency inside and outside the windows."""
     url = nats_server.url  # type: ignore[attr-defined]
     port = free_port()
     (tmp_path / "loop.py").write_text(LOOP)
@@ -243,8 +244,11 @@ def test_attach_to_an_instrumented_server_gives_gpu_kernel_kar_with_its_source(
                 m = {}
             src = [lab for lab, _ in m.get("aaco_kar_source_info", [])
                    if lab.get("pid") == str(loop.pid)]
-            if src and any(lab.get("pid") == str(loop.pid)
-                           for lab, _ in m.get("aaco_kernel_amplification_ratio", [])):
+            phases = {lab["phase"] for lab, _ in m.get(
+                "aaco_attach_iteration_latency_seconds", []) if lab.get("pid") == str(loop.pid)}
+            if src and phases == {"inside", "outside"} and any(
+                    lab.get("pid") == str(loop.pid)
+                    for lab, _ in m.get("aaco_kernel_amplification_ratio", [])):
                 break
             time.sleep(0.5)
         assert [lab["kar_source"] for lab, _ in m.get("aaco_kar_source_info", [])
@@ -253,6 +257,10 @@ def test_attach_to_an_instrumented_server_gives_gpu_kernel_kar_with_its_source(
         (kar,) = [v for lab, v in m["aaco_kernel_amplification_ratio"]
                   if lab["pid"] == str(loop.pid)]
         assert kar > 0
+        # the duty cycle's cost: the server's latency inside and outside windows
+        lat = {lab["phase"]: v for lab, v in m["aaco_attach_iteration_latency_seconds"]
+               if lab["pid"] == str(loop.pid)}
+        assert set(lat) == {"inside", "outside"} and min(lat.values()) > 0
     finally:
         daemon.terminate()
         daemon.wait(30)
