@@ -15,7 +15,10 @@ a chart). After a detection the detector re-learns its baseline.
   *Introduction to Statistical Quality Control*, 6.2), reference ``k``,
   decision interval ``h``, both in sigmas.
 * :class:`PageHinkley` / :class:`ADWIN` - river's ``river.drift`` detectors
-  fed with the same standardised samples (state serialised by pickle).
+  fed with the same standardised samples. Their checkpoints are plain
+  numbers, never pickle: Page-Hinkley's running sums exactly; ADWIN (whose
+  state lives in a Rust object) as the standardised inputs since its last
+  reset, replayed at load (the newest :data:`ADWIN_REPLAY_CAP`).
 
 :class:`DriftMonitor` keeps one detector set per ``(stream, key)`` for the
 bounded streams of :data:`STREAMS` and counts drift events with the time of
@@ -32,10 +35,9 @@ True
 
 from __future__ import annotations
 
-import base64
 import json
 import math
-import pickle
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, Self
@@ -107,6 +109,20 @@ class _RobustStandardizer:
     def load(self, s: Mapping[str, Any]) -> None:
         self._buf = [float(v) for v in s["buf"]]
         self.center, self.scale = s["center"], s["scale"]
+
+
+ADWIN_REPLAY_CAP = 512
+"""Standardised inputs an ADWIN checkpoint keeps (the newest since its last
+reset). A detector with a longer history is rebuilt from these only: the same
+answers when its window is shorter, an approximation otherwise."""
+
+
+def _finite(v: object) -> float:
+    """``v`` as a float (+-inf allowed: Page-Hinkley starts its extremes
+    there), ``ValueError`` for NaN or anything not a number (checkpoint checks)."""
+    if isinstance(v, bool) or not isinstance(v, int | float) or math.isnan(v):
+        raise ValueError(f"checkpoint value {v!r} is not a number")
+    return float(v)
 
 
 class _Standardized:
@@ -301,7 +317,7 @@ class CUSUM(_Standardized):
 
 
 class _RiverWrapped(_Standardized):
-    """A ``river.drift`` detector fed with robust z-scores; pickled state."""
+    """A ``river.drift`` detector fed with robust z-scores (state: see each subclass)."""
 
     kind = "river"
 
@@ -322,13 +338,6 @@ class _RiverWrapped(_Standardized):
 
     def _own_params(self) -> dict[str, Any]:
         return dict(self.params)
-
-    def _own_state(self) -> dict[str, Any]:
-        # the river object travels as base64 pickle
-        return {"river": base64.b64encode(pickle.dumps(self.detector)).decode("ascii")}
-
-    def _load_own(self, s: Mapping[str, Any]) -> None:
-        self.detector = pickle.loads(base64.b64decode(s["river"]))
 
 
 class PageHinkley(_RiverWrapped):
@@ -367,6 +376,22 @@ class PageHinkley(_RiverWrapped):
 
         return _PH(**self.params)
 
+    _SUMS = ("_sum_increase", "_sum_decrease", "_min_increase", "_max_decrease")
+
+    def _own_state(self) -> dict[str, Any]:
+        d = self.detector
+        return {"n": float(d._x_mean.n), "mean": float(d._x_mean._mean),
+                "drift_flag": bool(d._drift_detected),
+                **{k.lstrip("_"): float(getattr(d, k)) for k in self._SUMS}}
+
+    def _load_own(self, s: Mapping[str, Any]) -> None:
+        self.detector = self._make()
+        d = self.detector
+        d._x_mean.n, d._x_mean._mean = _finite(s["n"]), _finite(s["mean"])
+        d._drift_detected = bool(s["drift_flag"])
+        for k in self._SUMS:
+            setattr(d, k, _finite(s[k.lstrip("_")]))
+
 
 class ADWIN(_RiverWrapped):
     """``river.drift.ADWIN`` on robust z-scores.
@@ -401,6 +426,27 @@ class ADWIN(_RiverWrapped):
         from river.drift import ADWIN as _ADWIN
 
         return _ADWIN(grace_period=10, **self.params)  # type: ignore[no-untyped-call]
+
+    def _reset_stat(self) -> None:
+        super()._reset_stat()
+        self._inputs: deque[float] = deque(maxlen=ADWIN_REPLAY_CAP)
+
+    def _hit(self, z: float) -> bool:
+        self._inputs.append(z)
+        return super()._hit(z)
+
+    def _own_state(self) -> dict[str, Any]:
+        return {"inputs": list(self._inputs)}
+
+    def _load_own(self, s: Mapping[str, Any]) -> None:
+        inputs = s["inputs"]
+        if not isinstance(inputs, list) or len(inputs) > ADWIN_REPLAY_CAP:
+            raise ValueError("adwin: inputs must be a list of at most "
+                             f"{ADWIN_REPLAY_CAP} numbers")
+        self._reset_stat()
+        for z in inputs:  # replay: the Rust helper's state is never loaded from bytes
+            self.detector.update(_finite(z))
+            self._inputs.append(float(z))
 
 
 DETECTOR_TYPES: Mapping[str, Callable[..., Any]] = {
