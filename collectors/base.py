@@ -150,30 +150,50 @@ def create(name: str, ctx: CollectorContext) -> Collector:
     try:
         factory = _REGISTRY[name]
     except KeyError:
+        if name in _FAILED:
+            raise KeyError(f"collector {name!r} failed to load: {_FAILED[name]}") from None
         known = ", ".join(sorted(_REGISTRY))
         raise KeyError(f"unknown collector {name!r}; known: {known}") from None
     return factory(ctx)
 
 
 _loaded = False
+_FAILED: dict[str, str] = {}
+
+
+def failed() -> dict[str, str]:
+    """Plugins that could not be imported: name -> ``"ExcType: message"``.
+    The others load regardless; :func:`create` names the failure."""
+    _load_builtin()
+    return dict(_FAILED)
 
 
 def _load_builtin() -> None:
     """Import every plugin sub-package of :mod:`collectors` (one folder a
     plugin, like Telegraf) and any ``aaco_exporter.collectors`` entry point,
-    so that their ``@register`` decorators run."""
+    so that their ``@register`` decorators run. Each import is tried on its
+    own: a failing plugin is recorded in :func:`failed` (and logged once) and
+    the rest still load; the registry counts as loaded only after the loop."""
     global _loaded
     if _loaded:
         return
-    _loaded = True
+    import functools
     import importlib
+    import logging
     import pkgutil
     from importlib.metadata import entry_points
 
     import collectors
 
-    for info in pkgutil.iter_modules(collectors.__path__):
-        if info.ispkg:
-            importlib.import_module(f"collectors.{info.name}")
-    for ep in entry_points(group="aaco_exporter.collectors"):
-        ep.load()
+    loaders: list[tuple[str, Callable[[], object]]] = [
+        (info.name, functools.partial(importlib.import_module, f"collectors.{info.name}"))
+        for info in pkgutil.iter_modules(collectors.__path__) if info.ispkg]
+    loaders += [(ep.name, ep.load) for ep in entry_points(group="aaco_exporter.collectors")]
+    for name, load in loaders:
+        try:
+            load()
+        except Exception as e:  # one broken plugin must not take the others with it
+            _FAILED[name] = f"{type(e).__name__}: {e}"
+            logging.getLogger("aaco.collectors").warning("collector plugin %s not loaded: %s",
+                                                         name, _FAILED[name])
+    _loaded = True
