@@ -203,6 +203,13 @@ class _Pending:
     def kernel_rows(self) -> int:
         return sum(t.num_rows for t in self.kernels)
 
+    def extend(self, newer: _Pending) -> None:
+        """Append ``newer``'s buffers after this one's (arrival order kept)."""
+        self.kernels += newer.kernels
+        self.kernel_carried += newer.kernel_carried
+        self.iterations += newer.iterations
+        self.iteration_carried += newer.iteration_carried
+
 
 def _concat(
     tables: list[pa.Table], flags: list[npt.NDArray[np.bool_]], schema: pa.Schema
@@ -244,6 +251,9 @@ class OtlpSink:
         self.config = config
         self._lock = threading.Lock()
         self._pending: dict[str, _Pending] = {}
+        # The event loop ingests while flush() runs in a worker thread: every
+        # access to _pending holds this lock (span export happens outside it).
+        self._buf_lock = threading.Lock()
         self._tracers: dict[tuple[str, str | None, int | None], TracerProvider] = {}
         self._meters: dict[str, MeterProvider] = {}
         self._series: dict[tuple[str, str, str, str], _Series] = {}
@@ -260,15 +270,18 @@ class OtlpSink:
         """
         t = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
         if signal == "kernel_span":
-            p = self._pending.setdefault(host, _Pending())
-            p.kernels.append(t)
-            p.kernel_carried.append(np.zeros(t.num_rows, dtype=bool))
-            if p.kernel_rows() >= self.config.batch_rows:
+            with self._buf_lock:
+                p = self._pending.setdefault(host, _Pending())
+                p.kernels.append(t)
+                p.kernel_carried.append(np.zeros(t.num_rows, dtype=bool))
+                full = p.kernel_rows() >= self.config.batch_rows
+            if full:
                 self._emit_traces(host, final=False)
         elif signal == "iteration_span":
-            p = self._pending.setdefault(host, _Pending())
-            p.iterations.append(t)
-            p.iteration_carried.append(np.zeros(t.num_rows, dtype=bool))
+            with self._buf_lock:
+                p = self._pending.setdefault(host, _Pending())
+                p.iterations.append(t)
+                p.iteration_carried.append(np.zeros(t.num_rows, dtype=bool))
         elif signal == "analytics_result":  # rows name their host; the header the worker
             for h, sub in op.split_by_row_host(t, host):
                 self._update_analytics(sub, h)
@@ -278,13 +291,17 @@ class OtlpSink:
     def flush(self) -> None:
         """Export buffered traces (holding incomplete ones once) and force-flush
         both pipelines; blocks up to about ``timeout_s`` per provider."""
-        for host in list(self._pending):
+        with self._buf_lock:
+            hosts = list(self._pending)
+        for host in hosts:
             self._emit_traces(host, final=False)
         self._force_flush()
 
     def close(self) -> None:
         """Export everything still buffered, flush and shut the providers down."""
-        for host in list(self._pending):
+        with self._buf_lock:
+            hosts = list(self._pending)
+        for host in hosts:
             self._emit_traces(host, final=True)
         self._force_flush()
         for tp in self._tracers.values():
@@ -326,7 +343,8 @@ class OtlpSink:
     def _emit_traces(self, host: str, final: bool) -> None:
         from exporter.schema import ITERATION_SPAN, KERNEL_SPAN
 
-        p = self._pending.pop(host, None)
+        with self._buf_lock:
+            p = self._pending.pop(host, None)
         if p is None:
             return
         ks, k_carried = _concat(p.kernels, p.kernel_carried, KERNEL_SPAN)
@@ -347,7 +365,11 @@ class OtlpSink:
             if (~it_ready).any():
                 keep.iterations.append(its.filter(pa.array(~it_ready)))
                 keep.iteration_carried.append(np.ones(int((~it_ready).sum()), dtype=bool))
-            self._pending[host] = keep
+            with self._buf_lock:  # batches ingested meanwhile go after the held ones
+                newer = self._pending.get(host)
+                if newer is not None:
+                    keep.extend(newer)
+                self._pending[host] = keep
         self._export_spans(host, ks.filter(pa.array(k_ready)), its.filter(pa.array(it_ready)))
 
     def _export_spans(self, host: str, ks: pa.Table, its: pa.Table) -> None:

@@ -326,3 +326,41 @@ def test_analytics_rows_export_under_the_host_they_describe_not_the_worker() -> 
                for req in r.metrics for rm in req.resource_metrics
                for sm in rm.scope_metrics for m in sm.metrics if m.name == "aaco.kar"}  # fmt: skip
     assert kar == {"node-a": 0.5, "node-b": 0.75}
+
+
+def test_a_batch_ingested_while_a_flush_holds_back_spans_is_not_lost(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The daemon ingests on its event loop while flush() runs in a worker
+    thread. Reproduced deterministically: an iteration batch arrives in the
+    middle of a flush that is holding kernels back (between taking the host's
+    buffer and putting the held part back); it must be exported, not
+    overwritten by the held buffer."""
+    import exporter.sinks.otlp as otlp_mod
+
+    ks, its = data.magika_tables()
+    first, second = its.slice(0, 3), its.slice(3)
+    with rx.GrpcReceiver() as r:
+        sink = OtlpSink(OtlpConfig(endpoint=r.endpoint, insecure=True, sample_every=1))
+        real_concat = otlp_mod._concat
+        calls = {"n": 0}
+
+        def concat_then_ingest(*a: object, **k: object) -> object:
+            calls["n"] += 1
+            if calls["n"] == 1:  # inside the first flush: the loop thread ingests
+                sink.ingest("iteration_span", second, "node-1")
+            return real_concat(*a, **k)  # type: ignore[arg-type]
+
+        try:
+            sink.ingest("kernel_span", ks, "node-1")
+            sink.ingest("iteration_span", first, "node-1")
+            monkeypatch.setattr(otlp_mod, "_concat", concat_then_ingest)
+            sink.flush()  # holds the kernels of iterations 3..5 back
+            monkeypatch.setattr(otlp_mod, "_concat", real_concat)
+            sink.flush()
+        finally:
+            sink.close()
+        r.wait_for(lambda: len(rx.spans_of(r.traces)) >= 582)
+        spans = rx.spans_of(r.traces)
+    roots = [s for _, s in spans if not s.parent_span_id]
+    assert len(roots) == its.num_rows == 6, "an iteration span ingested mid-flush was lost"
+    assert len(spans) == ks.num_rows + its.num_rows
