@@ -38,14 +38,16 @@ late redelivered batch never has its result deduplicated away.
 
 A message that cannot be decoded is acknowledged, logged, and counted in
 ``drops[reason]`` (exported as ``aaco_exporter_events_dropped_total``).
+A checkpoint that cannot be loaded (:mod:`stream_analytics.checkpoint`:
+corrupt, foreign, too new, or holding a pickle) is never executed: it is
+counted as ``drops["bad_checkpoint"]``, logged once, and the worker starts
+fresh.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import zlib
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -58,6 +60,7 @@ from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 from exporter import schema
 from exporter.bus import Bus
 from exporter.fleet import host_subjects, split_by_host
+from stream_analytics import checkpoint
 from stream_analytics.engine import Analytics
 from stream_analytics.verdicts import OnlineVerdicts
 
@@ -147,18 +150,31 @@ class AnalyticsConsumer:
                 )
             try:
                 entry = await self._kv.get(self.durable)
-                state = json.loads(zlib.decompress(entry.value))
-                self.engine = Analytics.from_dict(state["engine"])
-                self.engine.sched_keys = self.sched_keys
-                if "verdicts" in state:
-                    self.verdicts = OnlineVerdicts.from_dict(state["verdicts"])
-                self.last_seq = int(state["last_seq"])
-                self.processed = set(state.get("processed", []))
-                self.generation = int(state.get("generation", 0))
-                self.drops.update(state.get("drops", {}))
-                log.info("resumed %s at stream sequence %d", self.durable, self.last_seq)
             except KeyNotFoundError:
-                pass
+                return
+            self._restore(entry.value)
+
+    def _restore(self, raw: bytes | None) -> None:
+        """Load checkpoint ``raw`` (:mod:`stream_analytics.checkpoint`), or keep
+        the fresh state: a corrupt, foreign or too-new checkpoint is counted
+        in ``drops["bad_checkpoint"]`` and logged once; start-up goes on."""
+        try:
+            state = checkpoint.decode(raw)
+            engine = Analytics.from_dict(state["engine"])
+            verdicts = (OnlineVerdicts.from_dict(state["verdicts"]) if "verdicts" in state
+                        else OnlineVerdicts())
+        except Exception as e:  # checked above; a loader bug must not stop start-up either
+            self.drops["bad_checkpoint"] += 1
+            log.error("checkpoint %s/%s refused, starting fresh: %s", KV_BUCKET,
+                      self.durable, str(e)[:300])
+            return
+        self.engine, self.verdicts = engine, verdicts
+        self.engine.sched_keys = self.sched_keys
+        self.last_seq = int(state["last_seq"])
+        self.processed = set(state.get("processed", []))
+        self.generation = int(state.get("generation", 0))
+        self.drops.update(state.get("drops", {}))
+        log.info("resumed %s at stream sequence %d", self.durable, self.last_seq)
 
     async def _update_filter(self, cfg: ConsumerConfig) -> None:
         """Give an existing durable ``cfg``'s filter subjects if they differ.
@@ -296,7 +312,7 @@ class AnalyticsConsumer:
         state = {"engine": self.engine.to_dict(), "last_seq": self.last_seq,
                  "processed": sorted(self.processed), "generation": self.generation,
                  "drops": dict(self.drops), "verdicts": self.verdicts.to_dict()}
-        await self._kv.put(self.durable, zlib.compress(json.dumps(state).encode()))
+        await self._kv.put(self.durable, checkpoint.encode(state))
 
     async def pending(self) -> int:
         """Messages not yet delivered or not yet acknowledged."""

@@ -15,7 +15,8 @@ a chart). After a detection the detector re-learns its baseline.
   *Introduction to Statistical Quality Control*, 6.2), reference ``k``,
   decision interval ``h``, both in sigmas.
 * :class:`PageHinkley` / :class:`ADWIN` - river's ``river.drift`` detectors
-  fed with the same standardised samples (state serialised by pickle).
+  fed with the same standardised samples; their state is checkpointed as
+  explicit JSON (:mod:`stream_analytics.river_state`), never pickled.
 
 :class:`DriftMonitor` keeps one detector set per ``(stream, key)`` for the
 bounded streams of :data:`STREAMS` and counts drift events with the time of
@@ -32,10 +33,8 @@ True
 
 from __future__ import annotations
 
-import base64
 import json
 import math
-import pickle
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, Self
@@ -45,6 +44,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stream_analytics import thresholds as T
+from stream_analytics.river_state import (
+    DEFAULT_MAX_REPLAY,
+    AdwinReplay,
+    decode_inputs,
+    load_page_hinkley,
+    page_hinkley_state,
+    rebuild_adwin,
+)
+
+PICKLE_REFUSED = "pickled river detector state (checkpoint before v3) refused, not decoded"
+"""Error text for a v1/v2 Page-Hinkley/ADWIN state, which was a base64 pickle."""
 
 STREAMS: frozenset[str] = frozenset(
     {"latency", "kar", "lts", "sii", "family_duration", "gpu_power", "gpu_clock"}
@@ -301,7 +311,8 @@ class CUSUM(_Standardized):
 
 
 class _RiverWrapped(_Standardized):
-    """A ``river.drift`` detector fed with robust z-scores; pickled state."""
+    """A ``river.drift`` detector fed with robust z-scores; a subclass names
+    its state as JSON (``_own_state`` / ``_load_own``)."""
 
     kind = "river"
 
@@ -322,13 +333,6 @@ class _RiverWrapped(_Standardized):
 
     def _own_params(self) -> dict[str, Any]:
         return dict(self.params)
-
-    def _own_state(self) -> dict[str, Any]:
-        # the river object travels as base64 pickle
-        return {"river": base64.b64encode(pickle.dumps(self.detector)).decode("ascii")}
-
-    def _load_own(self, s: Mapping[str, Any]) -> None:
-        self.detector = pickle.loads(base64.b64decode(s["river"]))
 
 
 class PageHinkley(_RiverWrapped):
@@ -367,9 +371,22 @@ class PageHinkley(_RiverWrapped):
 
         return _PH(**self.params)
 
+    def _own_state(self) -> dict[str, Any]:
+        return {"page_hinkley": page_hinkley_state(self.detector)}
+
+    def _load_own(self, s: Mapping[str, Any]) -> None:
+        if "river" in s:
+            raise ValueError(PICKLE_REFUSED)
+        load_page_hinkley(self.detector, s["page_hinkley"])
+
 
 class ADWIN(_RiverWrapped):
     """``river.drift.ADWIN`` on robust z-scores.
+
+    Checkpointed by replay (:mod:`stream_analytics.river_state`): the last
+    ``max_replay`` inputs since the detector's last reset travel in the
+    checkpoint and are fed to a fresh ADWIN at load (exact while fewer were
+    fed; otherwise the window is capped at ``max_replay`` samples).
 
     >>> det = ADWIN(grace_period=20, delta=0.002)
     >>> for x in [1.0, 1.1, 0.9, 1.0] * 50 + [2.0] * 100:
@@ -389,7 +406,11 @@ class ADWIN(_RiverWrapped):
         max_buckets: int = 5,
         min_window_length: int = 5,
         min_rel_scale: float = T.DRIFT_MIN_REL_SCALE,
+        max_replay: int = DEFAULT_MAX_REPLAY,
     ) -> None:
+        if max_replay < 1:
+            raise ValueError("ADWIN: need max_replay >= 1")
+        self.max_replay = max_replay
         self.delta = delta
         self.clock = clock
         self.max_buckets = max_buckets
@@ -401,6 +422,27 @@ class ADWIN(_RiverWrapped):
         from river.drift import ADWIN as _ADWIN
 
         return _ADWIN(grace_period=10, **self.params)  # type: ignore[no-untyped-call]
+
+    def _reset_stat(self) -> None:
+        self.replay = AdwinReplay(self._make(), self.max_replay)
+        self.detector = self.replay.detector
+
+    def _hit(self, z: float) -> bool:
+        return self.replay.update(z)
+
+    def _own_params(self) -> dict[str, Any]:
+        return {**self.params, "max_replay": self.max_replay}
+
+    def _own_state(self) -> dict[str, Any]:
+        return {"adwin": self.replay.state()}
+
+    def _load_own(self, s: Mapping[str, Any]) -> None:
+        if "river" in s:
+            raise ValueError(PICKLE_REFUSED)
+        a = s["adwin"]
+        xs = decode_inputs(a, self.max_replay, self.clip)
+        self.replay = rebuild_adwin(self._make(), xs, int(a["seen"]), self.max_replay)
+        self.detector = self.replay.detector
 
 
 DETECTOR_TYPES: Mapping[str, Callable[..., Any]] = {
@@ -661,7 +703,7 @@ class DriftMonitor:
     def to_dict(self) -> dict[str, Any]:
         """JSON-able checkpoint of everything (``json.dumps`` ready)."""
         return {
-            "version": 2,
+            "version": 3,
             "detectors": self.detectors,
             "max_keys_per_stream": self.max_keys_per_stream,
             "dropped": self.dropped,
@@ -681,10 +723,12 @@ class DriftMonitor:
         """Inverse of :meth:`to_dict`. ``KeyError``/``ValueError`` on a bad checkpoint.
 
         Version 1 checkpoints (before streams were kept per host) load with
-        host ``""``.
+        host ``""``. Versions 1 and 2 stored Page-Hinkley/ADWIN state as a
+        pickle: such a state is refused (``ValueError``) without being
+        decoded; v1/v2 checkpoints without one load.
         """
         v = d.get("version")
-        if v not in (1, 2):
+        if v not in (1, 2, 3):
             raise ValueError(f"unsupported DriftMonitor checkpoint version {v!r}")
         m = cls(d["detectors"], int(d["max_keys_per_stream"]))
         m.dropped = int(d["dropped"])
