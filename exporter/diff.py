@@ -147,8 +147,12 @@ def _severity(delta_pct: float, threshold_pct: float, regression: bool) -> str:
 def shift_ci(session: np.ndarray, baseline: np.ndarray,
              level: float = 0.95) -> tuple[float, float, float]:
     """Hodges-Lehmann shift and its Moses CI: ``(lo, shift, hi)`` in the
-    data's unit. Pairwise differences are sorted once; the CI takes order
-    statistics at the Mann-Whitney critical value (normal approximation).
+    data's unit. The CI takes order statistics of the pairwise differences
+    session - baseline at the Mann-Whitney critical value (normal
+    approximation); the shift is their median. The order statistics are
+    selected without the ``n1 x n2`` matrix (:func:`exporter.pairwise.kth_diffs`,
+    O(n log n) memory), with results identical to sorting it. Samples must be
+    finite and non-empty (``ValueError``).
 
     >>> lo, hl, hi = shift_ci(np.arange(10.0) + 5, np.arange(10.0))
     >>> hl, lo > 0
@@ -156,12 +160,16 @@ def shift_ci(session: np.ndarray, baseline: np.ndarray,
     """
     from scipy.stats import norm
 
-    d = np.sort(np.subtract.outer(session, baseline).ravel())
+    from exporter.pairwise import kth_diffs
+
     n1, n2 = len(session), len(baseline)
+    total = n1 * n2
     z = float(norm.ppf(0.5 + level / 2))
     k = int(np.floor(n1 * n2 / 2 - z * np.sqrt(n1 * n2 * (n1 + n2 + 1) / 12)))
-    k = max(0, min(k, len(d) - 1))
-    return float(d[k]), float(np.median(d)), float(d[len(d) - 1 - k])
+    k = max(0, min(k, total - 1))
+    mids = [total // 2] if total % 2 else [total // 2 - 1, total // 2]
+    lo, hi, *mid = kth_diffs(session, baseline, [k, total - 1 - k, *mids])
+    return lo, float(np.mean(np.asarray(mid))), hi
 
 
 def diff_sessions(baseline: Path, session: Path, threshold_pct: float = 5.0) -> dict[str, Any]:
