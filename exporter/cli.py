@@ -16,6 +16,7 @@ from typing import Annotated
 
 import typer
 
+from exporter.bundle_dir import BundleWriteError
 from exporter.bus import BusConfig, BusError
 from exporter.natsserver import NatsServerError
 
@@ -80,7 +81,8 @@ def capture(
         try:
             session, derived, rc = asyncio.run(
                 capture_command(command, out, BusConfig(url=nats), rocprofv3=rocprofv3))
-        except (FileNotFoundError, PermissionError, BusError, NatsServerError) as e:
+        except (FileNotFoundError, PermissionError, BusError, NatsServerError,
+                BundleWriteError) as e:
             _fail(str(e))
             return
         if rc != 0:
@@ -99,7 +101,7 @@ def capture(
                           fill=_kv(fill, "--fill"), progress=not quiet, argv=sys.argv)
     try:
         session, derived = asyncio.run(run_capture(opts, BusConfig(url=nats)))
-    except (ModelError, InputError, BusError, NatsServerError) as e:
+    except (ModelError, InputError, BusError, NatsServerError, BundleWriteError) as e:
         _fail(str(e))
         return
     typer.echo(format_summary(derived))
@@ -236,7 +238,7 @@ def replay(
 
     try:
         session, derived, rejects = asyncio.run(run_replay(paths, out, BusConfig(url=nats)))
-    except (FileNotFoundError, UnknownFormat, BusError, NatsServerError) as e:
+    except (FileNotFoundError, UnknownFormat, BusError, NatsServerError, BundleWriteError) as e:
         _fail(str(e))
         return
     typer.echo(format_summary(derived))

@@ -15,6 +15,7 @@ from typing import Any
 
 from collectors.rocprof.rejects import Rejects
 from collectors.rocprof.replay import hip_api_table, load_paths
+from exporter.bundle_dir import BundleDir
 from exporter.bus import BusConfig
 from exporter.session import Session
 
@@ -23,7 +24,9 @@ async def replay(paths: Sequence[Path], out_parent: Path,
                  bus_cfg: BusConfig) -> tuple[Path, dict[str, Any], Rejects]:
     """Replay ``paths``; returns the session dir, derived metrics and rejects.
 
-    Raises ``FileNotFoundError`` for a path that does not exist.
+    Raises ``FileNotFoundError`` for a path that does not exist and
+    :class:`exporter.bundle_dir.BundleWriteError` when the bundle cannot be
+    written (it is written atomically: nothing is left behind).
     """
     for p in paths:
         if not Path(p).exists():
@@ -40,7 +43,10 @@ async def replay(paths: Sequence[Path], out_parent: Path,
         await s.drain()
     finally:
         await s.close()
-    out = out_parent / f"{s.id}_replay"
-    derived = s.write_trace_bundle(out, {"kind": "replay", "inputs": [str(p) for p in paths]},
-                                   rejects, hip_api_table([Path(p) for p in paths]))
-    return out, derived, rejects
+    with BundleDir() as bundle:
+        out = bundle.create(out_parent / f"{s.id}_replay")
+        derived = s.write_trace_bundle(out, {"kind": "replay",
+                                             "inputs": [str(p) for p in paths]},
+                                       rejects, hip_api_table([Path(p) for p in paths]))
+    assert bundle.final is not None
+    return bundle.final, derived, rejects
