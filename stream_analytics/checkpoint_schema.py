@@ -207,11 +207,30 @@ def _ph(v: Any, path: str) -> None:
 
 
 def _adwin(v: Any, path: str) -> None:
-    v = dict_(v, path, ("encoding", "inputs", "seen"))
-    if v["encoding"] != "f64le":
-        raise _fail(f"{path}.encoding", "expected 'f64le'")
-    str_(v["inputs"], f"{path}.inputs", 1 << 24)
-    int_(v["seen"], f"{path}.seen", 0)
+    """Bucket summaries (``encoding: buckets``) or replay inputs (``f64le``)."""
+    enc = dict_(v, path, ("encoding",), closed=False)["encoding"]
+    if enc == "f64le":
+        v = dict_(v, path, ("encoding", "inputs", "seen"))
+        str_(v["inputs"], f"{path}.inputs", 1 << 24)
+        int_(v["seen"], f"{path}.seen", 0)
+        return
+    if enc != "buckets":
+        raise _fail(f"{path}.encoding", "expected 'buckets' or 'f64le'")
+    floats, counters = ("total", "variance", "width", "total_width"), (
+        "n_buckets", "max_n_buckets", "tick", "n_detections")
+    v = dict_(v, path, ("encoding", *floats, *counters, "buckets"))
+    for k in floats:
+        num(v[k], f"{path}.{k}")
+    for k in counters:
+        int_(v[k], f"{path}.{k}", 0, 2**31 - 1)
+    bl = list_(v["buckets"], f"{path}.buckets")
+    if not 1 <= len(bl) <= 60:
+        raise _fail(f"{path}.buckets", "expected 1 to 60 bucket lists")
+    for i, b in enumerate(bl):
+        b = dict_(b, f"{path}.buckets[{i}]", ("totals", "variances"))
+        for k in ("totals", "variances"):
+            for j, x in enumerate(list_(b[k], f"{path}.buckets[{i}].{k}")):
+                num(x, f"{path}.buckets[{i}].{k}[{j}]")
 
 
 _OWN: Mapping[str, Callable[[dict[str, Any], str], None]] = {

@@ -43,6 +43,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from stream_analytics import adwin_buckets
 from stream_analytics import thresholds as T
 from stream_analytics.river_state import (
     DEFAULT_MAX_REPLAY,
@@ -358,6 +359,10 @@ class PageHinkley(_RiverWrapped):
         mode: str = "both",
         min_rel_scale: float = T.DRIFT_MIN_REL_SCALE,
     ) -> None:
+        if (min_instances < 1 or delta < 0 or threshold <= 0 or not 0 < alpha <= 1
+                or mode not in ("both", "up", "down")):
+            raise ValueError("PageHinkley: need min_instances>=1, delta>=0, threshold>0, "
+                             "0<alpha<=1, valid mode")
         self.min_instances = min_instances
         self.delta = delta
         self.threshold = threshold
@@ -383,10 +388,13 @@ class PageHinkley(_RiverWrapped):
 class ADWIN(_RiverWrapped):
     """``river.drift.ADWIN`` on robust z-scores.
 
-    Checkpointed by replay (:mod:`stream_analytics.river_state`): the last
-    ``max_replay`` inputs since the detector's last reset travel in the
-    checkpoint and are fed to a fresh ADWIN at load (exact while fewer were
-    fed; otherwise the window is capped at ``max_replay`` samples).
+    Checkpointed exactly as its bucket summaries
+    (:mod:`stream_analytics.adwin_buckets`, a few dozen numbers) when the
+    installed river has the known helper layout; otherwise by replay
+    (:mod:`stream_analytics.river_state`): the last ``max_replay`` inputs
+    since the detector's last reset are kept and fed to a fresh ADWIN at load
+    (exact while fewer were fed; otherwise the window is capped at
+    ``max_replay`` samples).
 
     >>> det = ADWIN(grace_period=20, delta=0.002)
     >>> for x in [1.0, 1.1, 0.9, 1.0] * 50 + [2.0] * 100:
@@ -408,8 +416,12 @@ class ADWIN(_RiverWrapped):
         min_rel_scale: float = T.DRIFT_MIN_REL_SCALE,
         max_replay: int = DEFAULT_MAX_REPLAY,
     ) -> None:
-        if max_replay < 1:
-            raise ValueError("ADWIN: need max_replay >= 1")
+        if not (0 < delta < 1 and 1 <= clock <= 2**31 - 1 and 1 <= max_buckets <= 64
+                and 1 <= min_window_length <= 2**31 - 1 and max_replay >= 1):
+            # river's Rust helper panics (not an Exception) on clock 0 and
+            # allocates max_buckets slots: bounded here, for checkpoints too
+            raise ValueError("ADWIN: need 0<delta<1, clock>=1, 1<=max_buckets<=64, "
+                             "min_window_length>=1, max_replay>=1")
         self.max_replay = max_replay
         self.delta = delta
         self.clock = clock
@@ -423,8 +435,14 @@ class ADWIN(_RiverWrapped):
 
         return _ADWIN(grace_period=10, **self.params)  # type: ignore[no-untyped-call]
 
+    def _helper_params(self) -> dict[str, Any]:
+        """The Rust helper's constructor arguments (river's grace period 10)."""
+        return {**{k: self.params[k] for k in ("delta", "clock", "max_buckets",
+                                               "min_window_length")}, "grace_period": 10}
+
     def _reset_stat(self) -> None:
-        self.replay = AdwinReplay(self._make(), self.max_replay)
+        ring = 0 if adwin_buckets.supported() else self.max_replay  # replay only as fallback
+        self.replay = AdwinReplay(self._make(), ring)
         self.detector = self.replay.detector
 
     def _hit(self, z: float) -> bool:
@@ -434,12 +452,21 @@ class ADWIN(_RiverWrapped):
         return {**self.params, "max_replay": self.max_replay}
 
     def _own_state(self) -> dict[str, Any]:
+        if adwin_buckets.supported():
+            return {"adwin": adwin_buckets.to_json(self.detector._helper.__getstate__())}
         return {"adwin": self.replay.state()}
 
     def _load_own(self, s: Mapping[str, Any]) -> None:
         if "river" in s:
             raise ValueError(PICKLE_REFUSED)
         a = s["adwin"]
+        if a.get("encoding") == "buckets":
+            if not adwin_buckets.supported():
+                raise ValueError("adwin: bucket state, but this river's ADWIN layout differs")
+            raw = adwin_buckets.from_json(a, self._helper_params())
+            self._reset_stat()
+            self.detector._helper.__setstate__(raw)
+            return
         xs = decode_inputs(a, self.max_replay, self.clip)
         self.replay = rebuild_adwin(self._make(), xs, int(a["seen"]), self.max_replay)
         self.detector = self.replay.detector

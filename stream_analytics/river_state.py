@@ -6,17 +6,18 @@ four cumulative sums. :func:`page_hinkley_state` writes those numbers and
 :func:`load_page_hinkley` sets them on a detector built from the same
 hyperparameters, so the loaded detector is the same detector.
 
-``river.drift.ADWIN`` (river 0.2x) keeps its buckets in a Rust object
+``river.drift.ADWIN`` keeps its buckets in a Rust object
 (``river._river_rust.drift.AdaptiveWindowing``) that exposes only
-width/total/variance getters and an opaque bincode ``__getstate__``: no
-bucket contents, nothing that can be checked field by field. Its state is
-therefore rebuilt by replay: :class:`AdwinReplay` keeps the detector's
-inputs since it was (re)created in a bounded ring (``max_replay`` samples)
-and :func:`rebuild_adwin` feeds them to a fresh detector at load. ADWIN is
-deterministic, so the rebuilt detector is identical (same window, same
-answers on further data) while fewer than ``max_replay`` samples were fed
-since its last reset; beyond that its window holds the last ``max_replay``
-samples (an ADWIN window capped at ``max_replay``).
+width/total/variance getters and bincode ``__getstate__`` bytes. Where the
+installed river has the known layout, :mod:`stream_analytics.adwin_buckets`
+turns those bytes into named, checked numbers and back (exact, compact).
+Otherwise the state is rebuilt by replay: :class:`AdwinReplay` keeps the
+detector's inputs since it was (re)created in a bounded ring (``max_replay``
+samples) and :func:`rebuild_adwin` feeds them to a fresh detector at load.
+ADWIN is deterministic, so the rebuilt detector is identical (same window,
+same answers on further data) while fewer than ``max_replay`` samples were
+fed since its last reset; beyond that its window holds the last
+``max_replay`` samples (an ADWIN window capped at ``max_replay``).
 
 Inputs travel as base64 of little-endian float64 (``"f64le"``), 8 bytes a
 sample (~11 base64 characters).
@@ -33,8 +34,10 @@ from typing import Any
 import numpy as np
 
 DEFAULT_MAX_REPLAY = 1024
-"""ADWIN inputs kept for replay per detector (8 bytes each in memory and in
-the checkpoint, ~11 bytes as base64; a slot gets one sample per analytics flush)."""
+"""ADWIN inputs kept for replay per detector when the exact bucket codec
+(:mod:`stream_analytics.adwin_buckets`) does not fit the installed river
+(~11 bytes a sample as base64 in the checkpoint; a slot gets one sample per
+analytics flush). Unused (0) when the codec fits."""
 
 PH_SUMS: tuple[str, ...] = ("sum_increase", "sum_decrease", "min_increase", "max_decrease")
 """The Page-Hinkley sums, attribute ``_<name>`` on the river object."""

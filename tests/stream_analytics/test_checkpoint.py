@@ -16,7 +16,7 @@ import pytest
 from river.drift import ADWIN as RiverADWIN
 from river.drift import PageHinkley as RiverPH
 
-from stream_analytics import checkpoint
+from stream_analytics import adwin_buckets, checkpoint
 from stream_analytics.drift import ADWIN, DriftMonitor, PageHinkley, detector_from_dict
 from stream_analytics.engine import Analytics
 from stream_analytics.river_state import PH_ATTRS
@@ -71,20 +71,98 @@ def test_page_hinkley_reloaded_answers_like_the_original() -> None:
     assert det.to_dict() == twin.to_dict()
 
 
-def test_adwin_rebuilt_by_replay_answers_like_the_original() -> None:
-    """An ADWIN rebuilt from its replayed inputs has the same window (width,
-    total, variance) and the same detections on further data."""
+@pytest.fixture
+def replay_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As on a river whose ADWIN helper layout is unknown: state by replay."""
+    monkeypatch.setattr(adwin_buckets, "supported", lambda: False)
+
+
+@pytest.mark.parametrize("mode", ["buckets", "replay"])
+def test_adwin_reloaded_answers_like_the_original(mode: str, request: pytest.FixtureRequest,
+                                                  ) -> None:
+    """An ADWIN reloaded from its bucket state (or rebuilt from replayed inputs)
+    has the same window (width, total, variance) and the same detections on
+    further data."""
+    if mode == "replay":
+        request.getfixturevalue("replay_mode")
     det = ADWIN(grace_period=20, delta=0.002)
     _answers(det, _series(700, 4))
     twin = _roundtrip(det)
     for attr in ("width", "total", "variance", "n_detections"):
         assert getattr(twin.detector, attr) == getattr(det.detector, attr), attr
+    assert det.to_dict()["state"]["adwin"]["encoding"] == \
+        ("buckets" if mode == "buckets" else "f64le")
     later = _series(300, 5) + _series(300, 6, level=12.0) + _series(300, 7)
     a, b = _answers(det, later), _answers(twin, later)
     assert a == b and sum(a) >= 1
     assert det.to_dict() == twin.to_dict()
 
 
+def test_adwin_bucket_state_is_exact_and_small_after_a_long_history() -> None:
+    """After 20,000 samples the bucket state is a few KiB of JSON and the
+    reloaded helper is byte-identical to the original."""
+    det = ADWIN(grace_period=20, delta=1e-9)
+    _answers(det, _series(20_000, 11))
+    d = det.to_dict()
+    assert len(json.dumps(d)) < 4096
+    twin = _roundtrip(det)
+    assert twin.detector._helper.__getstate__() == det.detector._helper.__getstate__()
+    assert twin.detector.width == det.detector.width == 20_000 - 20
+
+
+def test_adwin_bucket_layout_is_the_installed_rivers() -> None:
+    """Pins the bincode layout: river's helper bytes decode and re-encode
+    byte-identically (a river upgrade that changes it fails here)."""
+    assert adwin_buckets.supported()
+    det = RiverADWIN(delta=0.002, clock=32, max_buckets=5, min_window_length=5, grace_period=10)
+    for x in _series(3000, 12):
+        det.update(x)
+    raw = det._helper.__getstate__()
+    params = {"delta": 0.002, "clock": 32, "max_buckets": 5, "min_window_length": 5,
+              "grace_period": 10}
+    assert adwin_buckets.from_json(adwin_buckets.to_json(raw), params) == raw
+
+
+def _bucket_state() -> tuple[dict[str, Any], dict[str, Any]]:
+    det = RiverADWIN(delta=0.002, clock=32, max_buckets=5, min_window_length=5, grace_period=10)
+    for x in _series(500, 13):
+        det.update(x)
+    params = {"delta": 0.002, "clock": 32, "max_buckets": 5, "min_window_length": 5,
+              "grace_period": 10}
+    return adwin_buckets.to_json(det._helper.__getstate__()), params
+
+
+@pytest.mark.parametrize("breakage", [
+    "bucket_over_max", "width_mismatch", "empty_last", "no_buckets", "too_many", "nan_total",
+    "negative_tick", "ragged",
+])  # fmt: skip
+def test_adwin_bucket_invariants_are_checked(breakage: str) -> None:
+    """Bucket states the Rust code could not index (or that lie about the
+    window) are refused with ValueError before __setstate__ sees them."""
+    s, params = _bucket_state()
+    b = s["buckets"]
+    if breakage == "bucket_over_max":
+        b[0]["totals"] += [1.0] * 6
+        b[0]["variances"] += [0.0] * 6
+    elif breakage == "width_mismatch":
+        s["width"] += 1
+    elif breakage == "empty_last":
+        b.append({"totals": [], "variances": []})
+    elif breakage == "no_buckets":
+        s["buckets"] = []
+    elif breakage == "too_many":
+        s["buckets"] = b * 61
+    elif breakage == "nan_total":
+        s["total"] = float("nan")
+    elif breakage == "negative_tick":
+        s["tick"] = -1
+    elif breakage == "ragged":
+        b[0]["variances"] = b[0]["variances"][:-1]
+    with pytest.raises(ValueError):
+        adwin_buckets.from_json(s, params)
+
+
+@pytest.mark.usefixtures("replay_mode")
 def test_adwin_replay_ring_is_bounded() -> None:
     """Past max_replay inputs only the last max_replay travel; the rebuilt
     window holds those (seen counts all of them)."""
@@ -97,9 +175,9 @@ def test_adwin_replay_ring_is_bounded() -> None:
     assert twin.detector.width == 50 and det.detector.width == 290
 
 
-def test_river_adwin_helper_exposes_no_checkable_state() -> None:
-    """Why replay: river's Rust ADWIN helper has only getters and an opaque
-    bincode blob, no bucket contents."""
+def test_river_adwin_helper_exposes_only_getters_and_bincode() -> None:
+    """Why a bincode codec (or replay): river's Rust ADWIN helper has only
+    getters and bincode __getstate__ bytes, no bucket accessors."""
     public = {n for n in dir(RiverADWIN()._helper) if not n.startswith("_")}
     assert public == {"get_n_detections", "get_total", "get_variance", "get_width", "update",
                       "variance_in_window"}
@@ -242,7 +320,8 @@ def _mutated_detector(path: str, value: Any) -> bytes:
     ("ewma.kind", "os.system"),
     ("page_hinkley.state.page_hinkley.x_mean", float("inf")),
     ("adwin.state.adwin.encoding", "pickle"),
-    ("adwin.state.adwin.seen", -1),
+    ("adwin.state.adwin.tick", -1),
+    ("adwin.state.adwin.buckets", [{"totals": ["1"], "variances": [0.0]}]),
     ("adwin.state.std.scale", -1.0),
 ])  # fmt: skip
 def test_detector_fields_are_type_and_range_checked(path: str, value: Any) -> None:
@@ -251,6 +330,22 @@ def test_detector_fields_are_type_and_range_checked(path: str, value: Any) -> No
         checkpoint.decode(_mutated_detector(path, value))
 
 
+@pytest.mark.parametrize(("kind", "params"), [
+    ("adwin", {"clock": 0}), ("adwin", {"max_buckets": 10**9}), ("adwin", {"delta": 0.0}),
+    ("page_hinkley", {"alpha": 0.0}), ("page_hinkley", {"mode": "sideways"}),
+])  # fmt: skip
+def test_detector_params_out_of_range_are_refused(kind: str, params: dict[str, Any]) -> None:
+    """Hyperparameters river would panic or blow up on (clock 0, a billion
+    bucket slots) are refused when a checkpoint's detector is built."""
+    doc = json.loads(zlib.decompress(_enveloped()))
+    det = doc["verdicts"]["drift"]["slots"][0]["detectors"][kind]
+    det["params"].update(params)
+    st = checkpoint.decode(zlib.compress(json.dumps(doc).encode()))
+    with pytest.raises(ValueError, match="need"):
+        OnlineVerdicts.from_dict(st["verdicts"])
+
+
+@pytest.mark.usefixtures("replay_mode")
 def test_adwin_inputs_out_of_range_are_refused() -> None:
     """ADWIN replay samples must be finite clipped z-scores (checked at load)."""
     bad = base64.b64encode(b"\x00" * 6 + b"\xf0\x7f").decode()  # one float64: +inf
