@@ -27,8 +27,7 @@ class BundleWriteError(OSError):
 
     def __init__(self, path: Path, cause: OSError) -> None:
         why = cause.strerror or str(cause) or type(cause).__name__
-        super().__init__(cause.errno, f"cannot write session bundle {path}: {why} "
-                                      "(partial bundle removed)")
+        super().__init__(cause.errno, f"cannot write session bundle {path}: {why}")
         self.path = path
 
     def __str__(self) -> str:

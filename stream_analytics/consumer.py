@@ -163,7 +163,9 @@ class AnalyticsConsumer:
             engine = Analytics.from_dict(state["engine"])
             verdicts = (OnlineVerdicts.from_dict(state["verdicts"]) if "verdicts" in state
                         else OnlineVerdicts())
-        except Exception as e:  # checked above; a loader bug must not stop start-up either
+        except BaseException as e:  # checked above; a loader bug must not stop start-up
+            if not isinstance(e, Exception) and type(e).__name__ != "PanicException":
+                raise  # KeyboardInterrupt, cancellation; a Rust panic (pyo3) is caught
             self.drops["bad_checkpoint"] += 1
             log.error("checkpoint %s/%s refused, starting fresh: %s", KV_BUCKET,
                       self.durable, str(e)[:300])
