@@ -144,6 +144,18 @@ def _severity(delta_pct: float, threshold_pct: float, regression: bool) -> str:
     return "major" if delta_pct < 4 * threshold_pct else "critical"
 
 
+def boot_medians(rng: np.random.Generator, x: np.ndarray, n_boot: int,
+                 max_values: int = 1 << 22) -> np.ndarray:
+    """Medians of ``n_boot`` resamples (with replacement) of ``x``: the same
+    numbers, from the same RNG stream, as ``np.median(rng.choice(x, (n_boot,
+    len(x))), axis=1)``, drawn in chunks of at most ``max_values`` values
+    (32 MiB of float64) instead of one ``n_boot x len(x)`` matrix."""
+    rows = max(1, max_values // max(1, len(x)))
+    parts = [np.median(rng.choice(x, (min(rows, n_boot - i), len(x))), axis=1)
+             for i in range(0, n_boot, rows)]
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
 def shift_ci(session: np.ndarray, baseline: np.ndarray,
              level: float = 0.95) -> tuple[float, float, float]:
     """Hodges-Lehmann shift and its Moses CI: ``(lo, shift, hi)`` in the
@@ -189,8 +201,8 @@ def diff_sessions(baseline: Path, session: Path, threshold_pct: float = 5.0) -> 
     delta = (ms - mb) / mb * 100.0
     p = float(mannwhitneyu(ls, lb, alternative="greater").pvalue)
     rng = np.random.default_rng(0)
-    bb = np.median(rng.choice(lb, (_BOOT, len(lb))), axis=1)
-    bs = np.median(rng.choice(ls, (_BOOT, len(ls))), axis=1)
+    bb = boot_medians(rng, lb, _BOOT)
+    bs = boot_medians(rng, ls, _BOOT)
     boot = (bs - bb) / bb * 100.0
     lo, _, hi = (v / mb * 100.0 for v in shift_ci(ls, lb))
     regression = bool(delta > threshold_pct and p < T.DIFF_ALPHA and lo > 0)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from exporter.diff import shift_ci
+from exporter.diff import boot_medians, shift_ci
 from exporter.pairwise import count_le, kth_diffs
 
 
@@ -62,3 +62,15 @@ def test_kth_diffs_rejects_empty_nonfinite_and_bad_rank() -> None:
         kth_diffs([np.nan], [1.0], [0])
     with pytest.raises(ValueError):
         kth_diffs([1.0], [1.0], [1])
+
+
+@pytest.mark.parametrize(("n", "max_values"), [(3001, 64 * 3001), (3001, 7 * 3001 + 5), (17, 1)])
+def test_chunked_bootstrap_equals_the_matrix_draw(n: int, max_values: int) -> None:
+    """Chunked bootstrap medians equal the one-matrix draw, and leave the RNG
+    in the same state (the session's draw after it is unchanged too)."""
+    x = np.random.default_rng(5).lognormal(13, 0.3, n)
+    r1, r2 = np.random.default_rng(0), np.random.default_rng(0)
+    ref = np.median(r1.choice(x, (1000, n)), axis=1)
+    got = boot_medians(r2, x, 1000, max_values)
+    assert np.array_equal(ref, got)
+    assert r1.random() == r2.random()
