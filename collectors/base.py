@@ -22,7 +22,9 @@ True
 
 from __future__ import annotations
 
+import logging
 import socket
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -150,50 +152,71 @@ def create(name: str, ctx: CollectorContext) -> Collector:
     try:
         factory = _REGISTRY[name]
     except KeyError:
-        if name in _FAILED:
-            raise KeyError(f"collector {name!r} failed to load: {_FAILED[name]}") from None
+        if f"collectors.{name}" in _failed:
+            raise KeyError(f"collector {name!r} failed to load: "
+                           f"{_failed[f'collectors.{name}']}") from None
         known = ", ".join(sorted(_REGISTRY))
+        why = _failed.get(f"collectors.{name}") or _failed.get(f"entry point {name}")
+        if why:
+            raise KeyError(f"collector {name!r} failed to load: {why}") from None
         raise KeyError(f"unknown collector {name!r}; known: {known}") from None
     return factory(ctx)
 
 
 _loaded = False
-_FAILED: dict[str, str] = {}
+_loading = threading.RLock()
+_loading_state = threading.local()
+_failed: dict[str, str] = {}
+log = logging.getLogger("aaco.collectors")
 
 
 def failed() -> dict[str, str]:
-    """Plugins that could not be imported: name -> ``"ExcType: message"``.
-    The others load regardless; :func:`create` names the failure."""
+    """Plugins that could not be loaded: ``collectors.<pkg>`` or
+    ``entry point <name>`` -> ``"<ExceptionType>: <message>"`` (loads the
+    registry first; empty when every plugin loaded)."""
     _load_builtin()
-    return dict(_FAILED)
+    return dict(_failed)
+
+
+def _try_load(name: str, load: Callable[[], object]) -> None:
+    """Run ``load``; on any exception record it under ``name`` and log it once."""
+    try:
+        load()
+    except Exception as e:  # a broken plugin must not take the others down
+        _failed[name] = f"{type(e).__name__}: {e}"
+        log.warning("collector plugin %s failed to load: %s", name, _failed[name])
 
 
 def _load_builtin() -> None:
     """Import every plugin sub-package of :mod:`collectors` (one folder a
     plugin, like Telegraf) and any ``aaco_exporter.collectors`` entry point,
-    so that their ``@register`` decorators run. Each import is tried on its
-    own: a failing plugin is recorded in :func:`failed` (and logged once) and
-    the rest still load; the registry counts as loaded only after the loop."""
+    so that their ``@register`` decorators run.
+
+    Each plugin is imported on its own: one that raises is recorded in
+    :func:`failed`, logged once, and the rest still load. The registry is
+    marked loaded only after every plugin was tried (a re-entrant call from
+    a plugin being imported returns at once).
+    """
     global _loaded
     if _loaded:
         return
-    import functools
-    import importlib
-    import logging
-    import pkgutil
-    from importlib.metadata import entry_points
-
-    import collectors
-
-    loaders: list[tuple[str, Callable[[], object]]] = [
-        (info.name, functools.partial(importlib.import_module, f"collectors.{info.name}"))
-        for info in pkgutil.iter_modules(collectors.__path__) if info.ispkg]
-    loaders += [(ep.name, ep.load) for ep in entry_points(group="aaco_exporter.collectors")]
-    for name, load in loaders:
+    with _loading:
+        if _loaded or getattr(_loading_state, "active", False):
+            return
+        _loading_state.active = True
         try:
-            load()
-        except Exception as e:  # one broken plugin must not take the others with it
-            _FAILED[name] = f"{type(e).__name__}: {e}"
-            logging.getLogger("aaco.collectors").warning("collector plugin %s not loaded: %s",
-                                                         name, _FAILED[name])
-    _loaded = True
+            import importlib
+            import pkgutil
+            from importlib.metadata import entry_points
+
+            import collectors
+
+            for info in pkgutil.iter_modules(collectors.__path__):
+                if info.ispkg:
+                    mod = f"collectors.{info.name}"
+                    _try_load(mod, lambda m=mod: importlib.import_module(m))  # type: ignore[misc]
+            for ep in entry_points(group="aaco_exporter.collectors"):
+                _try_load(f"entry point {ep.name}", ep.load)
+            _loaded = True
+        finally:
+            _loading_state.active = False

@@ -22,6 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 
 from collectors.base import CollectorContext, available, create
 from exporter import schema
+from exporter.bundle_dir import BundleDir
 from exporter.bus import BusConfig
 from exporter.session import Session, gpu_collector
 from exporter.sinks.bundle import derived_metrics, env_info, finish, inference_summary, write_json
@@ -45,7 +46,20 @@ class CaptureOptions:
 
 
 async def capture(opts: CaptureOptions, bus_cfg: BusConfig) -> tuple[Path, dict[str, Any]]:
-    """Run the capture; returns the session directory and derived metrics."""
+    """Run the capture; returns the session directory and derived metrics.
+
+    The bundle is written atomically (:mod:`exporter.bundle_dir`): raises
+    :class:`exporter.bundle_dir.BundleWriteError` when it cannot be written,
+    leaving nothing behind.
+    """
+    with BundleDir() as bundle:
+        _, derived = await _capture(opts, bus_cfg, bundle)
+    assert bundle.final is not None
+    return bundle.final, derived
+
+
+async def _capture(opts: CaptureOptions, bus_cfg: BusConfig,
+                   bundle: BundleDir) -> tuple[Path, dict[str, Any]]:
     host = socket.gethostname()
     started = time.time_ns()
     pids: set[int] = set()
@@ -62,8 +76,12 @@ async def capture(opts: CaptureOptions, bus_cfg: BusConfig) -> tuple[Path, dict[
         ort_c.close()
         raise
     session = s.id
-    out = opts.out / f"{session}_{schema.sanitize_token(graph.name)}"
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out = bundle.create(opts.out / f"{session}_{schema.sanitize_token(graph.name)}")
+    except BaseException:
+        await s.close()
+        ort_c.close()
+        raise
     ort_c.runner.profile_dir = out / "profiler"  # type: ignore[attr-defined]
     ort_c.runner.profile_dir.mkdir(parents=True, exist_ok=True)  # type: ignore[attr-defined]
     ort_c.runner.keep_profiles = True  # type: ignore[attr-defined]

@@ -32,6 +32,7 @@ from collectors.rocprof.runner import (
     rocprofv3_output_format,
 )
 from exporter import schema
+from exporter.bundle_dir import BundleDir
 from exporter.bus import BusConfig
 from exporter.session import Session, gpu_collector
 
@@ -65,10 +66,26 @@ async def capture_command(cmd: Sequence[str], out_parent: Path, bus_cfg: BusConf
                           sched_interval_s: float = 0.2) -> tuple[Path, dict[str, Any], int]:
     """Run ``cmd``; returns the session dir, derived metrics and its exit status.
 
-    Raises ``FileNotFoundError`` when the command cannot be started.
+    Raises ``FileNotFoundError`` when the command cannot be started and
+    :class:`exporter.bundle_dir.BundleWriteError` when the bundle cannot be
+    written (it is written atomically: nothing is left behind).
     """
+    with BundleDir() as bundle:
+        _, derived, rc = await _capture_command(cmd, out_parent, bus_cfg, bundle, rocprofv3,
+                                                sched_interval_s)
+    assert bundle.final is not None
+    return bundle.final, derived, rc
+
+
+async def _capture_command(cmd: Sequence[str], out_parent: Path, bus_cfg: BusConfig,
+                           bundle: BundleDir, rocprofv3: str,
+                           sched_interval_s: float) -> tuple[Path, dict[str, Any], int]:
     s = await Session.open("capture", bus_cfg)
-    out = out_parent / f"{s.id}_{schema.sanitize_token(Path(cmd[0]).name)}"
+    try:
+        out = bundle.create(out_parent / f"{s.id}_{schema.sanitize_token(Path(cmd[0]).name)}")
+    except BaseException:
+        await s.close()
+        raise
     prof_dir = out / "rocprof"
     prof_dir.mkdir(parents=True, exist_ok=True)
     use_rocprof = rocprofv3_available(rocprofv3)
@@ -117,7 +134,9 @@ async def capture_command(cmd: Sequence[str], out_parent: Path, bus_cfg: BusConf
         if gpu_task is not None and not gpu_task.done():
             gpu_task.cancel()
         await s.close()
-    derived = s.write_trace_bundle(out, {"kind": "command", "command": list(cmd), "argv": argv,
+    final = str(bundle.final)  # argv as recorded names the bundle's final path
+    derived = s.write_trace_bundle(out, {"kind": "command", "command": list(cmd),
+                                         "argv": [x.replace(str(out), final) for x in argv],
                                          "rocprofv3": use_rocprof, "exit_status": rc,
                                          "rocprof_clock": clock.clock,
                                          "rocprof_clock_offset_ns": clock.offset_ns}, rejects,

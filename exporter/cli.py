@@ -17,6 +17,7 @@ from typing import Annotated
 
 import typer
 
+from exporter.bundle_dir import BundleWriteError
 from exporter.bus import BusConfig, BusError
 from exporter.natsserver import NatsServerError
 
@@ -142,7 +143,8 @@ def capture(
         try:
             session, derived, rc = asyncio.run(
                 capture_command(command, out, BusConfig(url=nats), rocprofv3=rocprofv3))
-        except (FileNotFoundError, PermissionError, BusError, NatsServerError) as e:
+        except (FileNotFoundError, PermissionError, BusError, NatsServerError,
+                BundleWriteError) as e:
             _fail(str(e))
             return
         if rc != 0:
@@ -162,7 +164,7 @@ def capture(
                           providers=_providers(providers))
     try:
         session, derived = asyncio.run(run_capture(opts, BusConfig(url=nats)))
-    except (ModelError, InputError, BusError, NatsServerError) as e:
+    except (ModelError, InputError, BusError, NatsServerError, BundleWriteError) as e:
         _fail(str(e))
         return
     typer.echo(format_summary(derived))
@@ -344,7 +346,8 @@ def replay(
 
     try:
         session, derived, rejects = asyncio.run(run_replay(paths, out, BusConfig(url=nats)))
-    except (FileNotFoundError, UnknownFormat, NothingToReplay, BusError, NatsServerError) as e:
+    except (FileNotFoundError, UnknownFormat, NothingToReplay, BusError, NatsServerError,
+            BundleWriteError) as e:
         _fail(str(e))
         return
     typer.echo(format_summary(derived))

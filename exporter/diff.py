@@ -144,58 +144,27 @@ def _severity(delta_pct: float, threshold_pct: float, regression: bool) -> str:
     return "major" if delta_pct < 4 * threshold_pct else "critical"
 
 
-def _float_key(v: np.ndarray) -> np.ndarray:
-    """float64 -> int64 keys in the same order (self-inverse on the bits)."""
-    b = v.view(np.int64)
-    return b ^ ((b >> 63) & np.int64(0x7FFFFFFFFFFFFFFF))
-
-
-def _count_le(x: np.ndarray, y: np.ndarray, v: float) -> int:
-    """Pairs with ``x[i] - y[j] <= v`` (``y`` ascending), in the same float
-    arithmetic as the differences themselves: a vectorised binary search per
-    ``x[i]`` for the first ``j`` whose difference is ``<= v``."""
-    lo = np.zeros(len(x), np.int64)
-    hi = np.full(len(x), len(y), np.int64)
-    while True:
-        active = lo < hi
-        if not active.any():
-            return int((len(y) - lo).sum())
-        mid = (lo + hi) // 2
-        ok = (x - y[np.minimum(mid, len(y) - 1)]) <= v
-        hi = np.where(active & ok, mid, hi)
-        lo = np.where(active & ~ok, mid + 1, lo)
-
-
-def kth_pairwise(x: np.ndarray, y: np.ndarray, k: int) -> float:
-    """The ``k``-th smallest (0-based) of all ``x[i] - y[j]`` without the
-    ``len(x) * len(y)`` matrix: O(n log n) memory, 64 bisection steps over
-    the float bit order, each ``O(len(x) log len(y))``; exactly the value
-    ``np.sort(np.subtract.outer(x, y).ravel())[k]`` gives.
-
-    >>> kth_pairwise(np.array([1.0, 5.0]), np.array([0.0, 2.0]), 1)
-    1.0
-    """
-    xs, ys = np.asarray(x, np.float64), np.sort(np.asarray(y, np.float64))
-    lo_v = np.array([xs.min() - ys[-1]])
-    hi_v = np.array([xs.max() - ys[0]])
-    lo, hi = int(_float_key(lo_v)[0]), int(_float_key(hi_v)[0])
-    while lo < hi:  # smallest key whose float has > k differences at or below it
-        mid = lo + (hi - lo) // 2
-        v = float(_float_key(np.array([mid], np.int64)).view(np.float64)[0])
-        if _count_le(xs, ys, v) > k:
-            hi = mid
-        else:
-            lo = mid + 1
-    return float(_float_key(np.array([lo], np.int64)).view(np.float64)[0])
+def boot_medians(rng: np.random.Generator, x: np.ndarray, n_boot: int,
+                 max_values: int = 1 << 22) -> np.ndarray:
+    """Medians of ``n_boot`` resamples (with replacement) of ``x``: the same
+    numbers, from the same RNG stream, as ``np.median(rng.choice(x, (n_boot,
+    len(x))), axis=1)``, drawn in chunks of at most ``max_values`` values
+    (32 MiB of float64) instead of one ``n_boot x len(x)`` matrix."""
+    rows = max(1, max_values // max(1, len(x)))
+    parts = [np.median(rng.choice(x, (min(rows, n_boot - i), len(x))), axis=1)
+             for i in range(0, n_boot, rows)]
+    return np.concatenate(parts) if parts else np.zeros(0)
 
 
 def shift_ci(session: np.ndarray, baseline: np.ndarray,
              level: float = 0.95) -> tuple[float, float, float]:
     """Hodges-Lehmann shift and its Moses CI: ``(lo, shift, hi)`` in the
-    data's unit: order statistics of the pairwise differences at the
-    Mann-Whitney critical value (normal approximation), selected with
-    :func:`kth_pairwise` in O(n log n) memory (20k iterations per side used
-    to need a 3 GB matrix).
+    data's unit. The CI takes order statistics of the pairwise differences
+    session - baseline at the Mann-Whitney critical value (normal
+    approximation); the shift is their median. The order statistics are
+    selected without the ``n1 x n2`` matrix (:func:`exporter.pairwise.kth_diffs`,
+    O(n log n) memory), with results identical to sorting it. Samples must be
+    finite and non-empty (``ValueError``).
 
     >>> lo, hl, hi = shift_ci(np.arange(10.0) + 5, np.arange(10.0))
     >>> hl, lo > 0
@@ -203,18 +172,16 @@ def shift_ci(session: np.ndarray, baseline: np.ndarray,
     """
     from scipy.stats import norm
 
+    from exporter.pairwise import kth_diffs
+
     n1, n2 = len(session), len(baseline)
-    n = n1 * n2
+    total = n1 * n2
     z = float(norm.ppf(0.5 + level / 2))
-    k = int(np.floor(n / 2 - z * np.sqrt(n1 * n2 * (n1 + n2 + 1) / 12)))
-    k = max(0, min(k, n - 1))
-    if n % 2:
-        hl = kth_pairwise(session, baseline, n // 2)
-    else:
-        hl = float(np.mean([kth_pairwise(session, baseline, n // 2 - 1),
-                            kth_pairwise(session, baseline, n // 2)]))
-    return (kth_pairwise(session, baseline, k), hl,
-            kth_pairwise(session, baseline, n - 1 - k))
+    k = int(np.floor(n1 * n2 / 2 - z * np.sqrt(n1 * n2 * (n1 + n2 + 1) / 12)))
+    k = max(0, min(k, total - 1))
+    mids = [total // 2] if total % 2 else [total // 2 - 1, total // 2]
+    lo, hi, *mid = kth_diffs(session, baseline, [k, total - 1 - k, *mids])
+    return lo, float(np.mean(np.asarray(mid))), hi
 
 
 def diff_sessions(baseline: Path, session: Path, threshold_pct: float = 5.0) -> dict[str, Any]:
@@ -234,8 +201,8 @@ def diff_sessions(baseline: Path, session: Path, threshold_pct: float = 5.0) -> 
     delta = (ms - mb) / mb * 100.0
     p = float(mannwhitneyu(ls, lb, alternative="greater").pvalue)
     rng = np.random.default_rng(0)
-    bb = np.median(rng.choice(lb, (_BOOT, len(lb))), axis=1)
-    bs = np.median(rng.choice(ls, (_BOOT, len(ls))), axis=1)
+    bb = boot_medians(rng, lb, _BOOT)
+    bs = boot_medians(rng, ls, _BOOT)
     boot = (bs - bb) / bb * 100.0
     lo, _, hi = (v / mb * 100.0 for v in shift_ci(ls, lb))
     regression = bool(delta > threshold_pct and p < T.DIFF_ALPHA and lo > 0)

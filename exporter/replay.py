@@ -15,6 +15,7 @@ from typing import Any
 
 from collectors.rocprof.rejects import Rejects
 from collectors.rocprof.replay import hip_api_table, load_paths
+from exporter.bundle_dir import BundleDir
 from exporter.bus import BusConfig
 from exporter.session import Session
 
@@ -31,6 +32,8 @@ async def replay(paths: Sequence[Path], out_parent: Path,
     Raises ``FileNotFoundError`` for a path that does not exist and
     :class:`NothingToReplay` when no kernel dispatch could be read from them
     (unreadable, unknown or empty input): no empty bundle is written.
+    :class:`exporter.bundle_dir.BundleWriteError` when the bundle cannot be
+    written (it is written atomically: nothing is left behind).
     """
     for p in paths:
         if not Path(p).exists():
@@ -51,7 +54,10 @@ async def replay(paths: Sequence[Path], out_parent: Path,
     if rows == 0:
         why = "; ".join(e for ex in rejects.examples.values() for e in ex) or "no kernel dispatches"
         raise NothingToReplay(f"replay: nothing to replay in {', '.join(map(str, paths))}: {why}")
-    out = out_parent / f"{s.id}_replay"
-    derived = s.write_trace_bundle(out, {"kind": "replay", "inputs": [str(p) for p in paths]},
-                                   rejects, hip_api_table([Path(p) for p in paths]))
-    return out, derived, rejects
+    with BundleDir() as bundle:
+        out = bundle.create(out_parent / f"{s.id}_replay")
+        derived = s.write_trace_bundle(out, {"kind": "replay",
+                                             "inputs": [str(p) for p in paths]},
+                                       rejects, hip_api_table([Path(p) for p in paths]))
+    assert bundle.final is not None
+    return bundle.final, derived, rejects

@@ -38,14 +38,16 @@ late redelivered batch never has its result deduplicated away.
 
 A message that cannot be decoded is acknowledged, logged, and counted in
 ``drops[reason]`` (exported as ``aaco_exporter_events_dropped_total``).
+A checkpoint that cannot be loaded (:mod:`stream_analytics.checkpoint`:
+corrupt, foreign, too new, or holding a pickle) is never executed: it is
+counted as ``drops["bad_checkpoint"]``, logged once, and the worker starts
+fresh.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import zlib
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -58,6 +60,7 @@ from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 from exporter import schema
 from exporter.bus import Bus
 from exporter.fleet import host_subjects, split_by_host
+from stream_analytics import checkpoint
 from stream_analytics.engine import Analytics
 from stream_analytics.verdicts import OnlineVerdicts
 
@@ -65,14 +68,7 @@ log = logging.getLogger("aaco.analytics")
 
 INPUTS = ("kernel_span", "iteration_span", "graph_info", "sched_sample", "gauge_sample")
 KV_BUCKET = "aaco_analytics"
-MAX_CHECKPOINT_BYTES = 256 << 20
-"""A checkpoint inflating past this is refused (a zlib bomb in the KV bucket)."""
-CHECKPOINT_FORMAT = "aaco-analytics-checkpoint"
-CHECKPOINT_VERSION = 3
-"""Checkpoints are zlib-compressed JSON in this envelope: numbers, strings and
-lists only (river detectors included, see :mod:`stream_analytics.drift`); a
-corrupt, foreign or newer one is counted as ``bad_checkpoint`` and the worker
-starts fresh."""
+CHECKPOINT_FORMAT = checkpoint.FORMAT  # the envelope (stream_analytics.checkpoint)
 
 
 class AnalyticsConsumer:
@@ -157,48 +153,31 @@ class AnalyticsConsumer:
                 entry = await self._kv.get(self.durable)
             except KeyNotFoundError:
                 return
-            try:
-                self._load_checkpoint(entry.value)
-                log.info("resumed %s at stream sequence %d", self.durable, self.last_seq)
-            except Exception as e:  # corrupt, foreign or too new: start fresh, never abort
-                self.engine = Analytics(window_s=self.engine.window_s,
-                                        sched_keys=self.sched_keys)
-                self.verdicts = OnlineVerdicts()
-                self.last_seq, self.processed, self.generation = 0, set(), 0
-                self.drops["bad_checkpoint"] += 1
-                log.error("checkpoint %s/%s refused (%s: %s); starting fresh", KV_BUCKET,
-                          self.durable, type(e).__name__, e)
+            self._restore(entry.value)
 
-    def _load_checkpoint(self, blob: bytes) -> None:
-        """Load a checkpoint (zlib-compressed JSON only: nothing in it is ever
-        executed or unpickled). Raises on anything malformed or foreign; a
-        :data:`CHECKPOINT_FORMAT` envelope newer than :data:`CHECKPOINT_VERSION`
-        is refused; older envelope-less checkpoints (v1, v2) load."""
-        inflate = zlib.decompressobj()
-        text = inflate.decompress(blob, MAX_CHECKPOINT_BYTES)
-        if inflate.unconsumed_tail or not inflate.eof:
-            raise ValueError(f"checkpoint is truncated or inflates past {MAX_CHECKPOINT_BYTES} "
-                             "bytes")
-        state = json.loads(text)
-        if not isinstance(state, dict):
-            raise ValueError("checkpoint is not a JSON object")
-        fmt = state.get("format")
-        if fmt is not None and fmt != CHECKPOINT_FORMAT:
-            raise ValueError(f"foreign checkpoint format {fmt!r}")
-        version = state.get("version", 2)
-        if not isinstance(version, int) or version > CHECKPOINT_VERSION:
-            raise ValueError(f"checkpoint version {version!r} is newer than "
-                             f"{CHECKPOINT_VERSION}")
-        engine = Analytics.from_dict(state["engine"])
-        verdicts = (OnlineVerdicts.from_dict(state["verdicts"]) if "verdicts" in state
-                    else OnlineVerdicts())
-        last_seq, generation = int(state["last_seq"]), int(state.get("generation", 0))
-        processed = {int(x) for x in state.get("processed", [])}
-        drops = {str(k): int(v) for k, v in dict(state.get("drops", {})).items()}
+    def _restore(self, raw: bytes | None) -> None:
+        """Load checkpoint ``raw`` (:mod:`stream_analytics.checkpoint`), or keep
+        the fresh state: a corrupt, foreign or too-new checkpoint is counted
+        in ``drops["bad_checkpoint"]`` and logged once; start-up goes on."""
+        try:
+            state = checkpoint.decode(raw)
+            engine = Analytics.from_dict(state["engine"])
+            verdicts = (OnlineVerdicts.from_dict(state["verdicts"]) if "verdicts" in state
+                        else OnlineVerdicts())
+        except BaseException as e:  # checked above; a loader bug must not stop start-up
+            if not isinstance(e, Exception) and type(e).__name__ != "PanicException":
+                raise  # KeyboardInterrupt, cancellation; a Rust panic (pyo3) is caught
+            self.drops["bad_checkpoint"] += 1
+            log.error("checkpoint %s/%s refused, starting fresh: %s", KV_BUCKET,
+                      self.durable, str(e)[:300])
+            return
         self.engine, self.verdicts = engine, verdicts
         self.engine.sched_keys = self.sched_keys
-        self.last_seq, self.processed, self.generation = last_seq, processed, generation
-        self.drops.update(drops)
+        self.last_seq = int(state["last_seq"])
+        self.processed = set(state.get("processed", []))
+        self.generation = int(state.get("generation", 0))
+        self.drops.update(state.get("drops", {}))
+        log.info("resumed %s at stream sequence %d", self.durable, self.last_seq)
 
     async def _update_filter(self, cfg: ConsumerConfig) -> None:
         """Give an existing durable ``cfg``'s filter subjects if they differ.
@@ -340,11 +319,10 @@ class AnalyticsConsumer:
     async def _save(self) -> None:
         if self._kv is None:
             return
-        state = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION,
-                 "engine": self.engine.to_dict(), "last_seq": self.last_seq,
+        state = {"engine": self.engine.to_dict(), "last_seq": self.last_seq,
                  "processed": sorted(self.processed), "generation": self.generation,
                  "drops": dict(self.drops), "verdicts": self.verdicts.to_dict()}
-        await self._kv.put(self.durable, zlib.compress(json.dumps(state).encode()))
+        await self._kv.put(self.durable, checkpoint.encode(state))
 
     async def pending(self) -> int:
         """Messages not yet delivered or not yet acknowledged."""

@@ -15,10 +15,8 @@ a chart). After a detection the detector re-learns its baseline.
   *Introduction to Statistical Quality Control*, 6.2), reference ``k``,
   decision interval ``h``, both in sigmas.
 * :class:`PageHinkley` / :class:`ADWIN` - river's ``river.drift`` detectors
-  fed with the same standardised samples. Their checkpoints are plain
-  numbers, never pickle: Page-Hinkley's running sums exactly; ADWIN (whose
-  state lives in a Rust object) as the standardised inputs since its last
-  reset, replayed at load (the newest :data:`ADWIN_REPLAY_CAP`).
+  fed with the same standardised samples; their state is checkpointed as
+  explicit JSON (:mod:`stream_analytics.river_state`), never pickled.
 
 :class:`DriftMonitor` keeps one detector set per ``(stream, key)`` for the
 bounded streams of :data:`STREAMS` and counts drift events with the time of
@@ -37,7 +35,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, Self
@@ -46,7 +43,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from stream_analytics import adwin_buckets
 from stream_analytics import thresholds as T
+from stream_analytics.river_state import (
+    DEFAULT_MAX_REPLAY,
+    AdwinReplay,
+    decode_inputs,
+    load_page_hinkley,
+    page_hinkley_state,
+    rebuild_adwin,
+)
+
+PICKLE_REFUSED = "pickled river detector state (checkpoint before v3) refused, not decoded"
+"""Error text for a v1/v2 Page-Hinkley/ADWIN state, which was a base64 pickle."""
 
 STREAMS: frozenset[str] = frozenset(
     {"latency", "kar", "lts", "sii", "family_duration", "gpu_power", "gpu_clock"}
@@ -109,20 +118,6 @@ class _RobustStandardizer:
     def load(self, s: Mapping[str, Any]) -> None:
         self._buf = [float(v) for v in s["buf"]]
         self.center, self.scale = s["center"], s["scale"]
-
-
-ADWIN_REPLAY_CAP = 512
-"""Standardised inputs an ADWIN checkpoint keeps (the newest since its last
-reset). A detector with a longer history is rebuilt from these only: the same
-answers when its window is shorter, an approximation otherwise."""
-
-
-def _finite(v: object) -> float:
-    """``v`` as a float (+-inf allowed: Page-Hinkley starts its extremes
-    there), ``ValueError`` for NaN or anything not a number (checkpoint checks)."""
-    if isinstance(v, bool) or not isinstance(v, int | float) or math.isnan(v):
-        raise ValueError(f"checkpoint value {v!r} is not a number")
-    return float(v)
 
 
 class _Standardized:
@@ -317,7 +312,8 @@ class CUSUM(_Standardized):
 
 
 class _RiverWrapped(_Standardized):
-    """A ``river.drift`` detector fed with robust z-scores (state: see each subclass)."""
+    """A ``river.drift`` detector fed with robust z-scores; a subclass names
+    its state as JSON (``_own_state`` / ``_load_own``)."""
 
     kind = "river"
 
@@ -363,6 +359,10 @@ class PageHinkley(_RiverWrapped):
         mode: str = "both",
         min_rel_scale: float = T.DRIFT_MIN_REL_SCALE,
     ) -> None:
+        if (min_instances < 1 or delta < 0 or threshold <= 0 or not 0 < alpha <= 1
+                or mode not in ("both", "up", "down")):
+            raise ValueError("PageHinkley: need min_instances>=1, delta>=0, threshold>0, "
+                             "0<alpha<=1, valid mode")
         self.min_instances = min_instances
         self.delta = delta
         self.threshold = threshold
@@ -376,25 +376,25 @@ class PageHinkley(_RiverWrapped):
 
         return _PH(**self.params)
 
-    _SUMS = ("_sum_increase", "_sum_decrease", "_min_increase", "_max_decrease")
-
     def _own_state(self) -> dict[str, Any]:
-        d = self.detector
-        return {"n": float(d._x_mean.n), "mean": float(d._x_mean._mean),
-                "drift_flag": bool(d._drift_detected),
-                **{k.lstrip("_"): float(getattr(d, k)) for k in self._SUMS}}
+        return {"page_hinkley": page_hinkley_state(self.detector)}
 
     def _load_own(self, s: Mapping[str, Any]) -> None:
-        self.detector = self._make()
-        d = self.detector
-        d._x_mean.n, d._x_mean._mean = _finite(s["n"]), _finite(s["mean"])
-        d._drift_detected = bool(s["drift_flag"])
-        for k in self._SUMS:
-            setattr(d, k, _finite(s[k.lstrip("_")]))
+        if "river" in s:
+            raise ValueError(PICKLE_REFUSED)
+        load_page_hinkley(self.detector, s["page_hinkley"])
 
 
 class ADWIN(_RiverWrapped):
     """``river.drift.ADWIN`` on robust z-scores.
+
+    Checkpointed exactly as its bucket summaries
+    (:mod:`stream_analytics.adwin_buckets`, a few dozen numbers) when the
+    installed river has the known helper layout; otherwise by replay
+    (:mod:`stream_analytics.river_state`): the last ``max_replay`` inputs
+    since the detector's last reset are kept and fed to a fresh ADWIN at load
+    (exact while fewer were fed; otherwise the window is capped at
+    ``max_replay`` samples).
 
     >>> det = ADWIN(grace_period=20, delta=0.002)
     >>> for x in [1.0, 1.1, 0.9, 1.0] * 50 + [2.0] * 100:
@@ -414,7 +414,15 @@ class ADWIN(_RiverWrapped):
         max_buckets: int = 5,
         min_window_length: int = 5,
         min_rel_scale: float = T.DRIFT_MIN_REL_SCALE,
+        max_replay: int = DEFAULT_MAX_REPLAY,
     ) -> None:
+        if not (0 < delta < 1 and 1 <= clock <= 2**31 - 1 and 1 <= max_buckets <= 64
+                and 1 <= min_window_length <= 2**31 - 1 and max_replay >= 1):
+            # river's Rust helper panics (not an Exception) on clock 0 and
+            # allocates max_buckets slots: bounded here, for checkpoints too
+            raise ValueError("ADWIN: need 0<delta<1, clock>=1, 1<=max_buckets<=64, "
+                             "min_window_length>=1, max_replay>=1")
+        self.max_replay = max_replay
         self.delta = delta
         self.clock = clock
         self.max_buckets = max_buckets
@@ -427,26 +435,41 @@ class ADWIN(_RiverWrapped):
 
         return _ADWIN(grace_period=10, **self.params)  # type: ignore[no-untyped-call]
 
+    def _helper_params(self) -> dict[str, Any]:
+        """The Rust helper's constructor arguments (river's grace period 10)."""
+        return {**{k: self.params[k] for k in ("delta", "clock", "max_buckets",
+                                               "min_window_length")}, "grace_period": 10}
+
     def _reset_stat(self) -> None:
-        super()._reset_stat()
-        self._inputs: deque[float] = deque(maxlen=ADWIN_REPLAY_CAP)
+        ring = 0 if adwin_buckets.supported() else self.max_replay  # replay only as fallback
+        self.replay = AdwinReplay(self._make(), ring)
+        self.detector = self.replay.detector
 
     def _hit(self, z: float) -> bool:
-        self._inputs.append(z)
-        return super()._hit(z)
+        return self.replay.update(z)
+
+    def _own_params(self) -> dict[str, Any]:
+        return {**self.params, "max_replay": self.max_replay}
 
     def _own_state(self) -> dict[str, Any]:
-        return {"inputs": list(self._inputs)}
+        if adwin_buckets.supported():
+            return {"adwin": adwin_buckets.to_json(self.detector._helper.__getstate__())}
+        return {"adwin": self.replay.state()}
 
     def _load_own(self, s: Mapping[str, Any]) -> None:
-        inputs = s["inputs"]
-        if not isinstance(inputs, list) or len(inputs) > ADWIN_REPLAY_CAP:
-            raise ValueError("adwin: inputs must be a list of at most "
-                             f"{ADWIN_REPLAY_CAP} numbers")
-        self._reset_stat()
-        for z in inputs:  # replay: the Rust helper's state is never loaded from bytes
-            self.detector.update(_finite(z))
-            self._inputs.append(float(z))
+        if "river" in s:
+            raise ValueError(PICKLE_REFUSED)
+        a = s["adwin"]
+        if a.get("encoding") == "buckets":
+            if not adwin_buckets.supported():
+                raise ValueError("adwin: bucket state, but this river's ADWIN layout differs")
+            raw = adwin_buckets.from_json(a, self._helper_params())
+            self._reset_stat()
+            self.detector._helper.__setstate__(raw)
+            return
+        xs = decode_inputs(a, self.max_replay, self.clip)
+        self.replay = rebuild_adwin(self._make(), xs, int(a["seen"]), self.max_replay)
+        self.detector = self.replay.detector
 
 
 DETECTOR_TYPES: Mapping[str, Callable[..., Any]] = {
@@ -707,7 +730,7 @@ class DriftMonitor:
     def to_dict(self) -> dict[str, Any]:
         """JSON-able checkpoint of everything (``json.dumps`` ready)."""
         return {
-            "version": 2,
+            "version": 3,
             "detectors": self.detectors,
             "max_keys_per_stream": self.max_keys_per_stream,
             "dropped": self.dropped,
@@ -727,10 +750,12 @@ class DriftMonitor:
         """Inverse of :meth:`to_dict`. ``KeyError``/``ValueError`` on a bad checkpoint.
 
         Version 1 checkpoints (before streams were kept per host) load with
-        host ``""``.
+        host ``""``. Versions 1 and 2 stored Page-Hinkley/ADWIN state as a
+        pickle: such a state is refused (``ValueError``) without being
+        decoded; v1/v2 checkpoints without one load.
         """
         v = d.get("version")
-        if v not in (1, 2):
+        if v not in (1, 2, 3):
             raise ValueError(f"unsupported DriftMonitor checkpoint version {v!r}")
         m = cls(d["detectors"], int(d["max_keys_per_stream"]))
         m.dropped = int(d["dropped"])

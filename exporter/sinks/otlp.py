@@ -203,13 +203,6 @@ class _Pending:
     def kernel_rows(self) -> int:
         return sum(t.num_rows for t in self.kernels)
 
-    def extend(self, newer: _Pending) -> None:
-        """Append ``newer``'s buffers after this one's (arrival order kept)."""
-        self.kernels += newer.kernels
-        self.kernel_carried += newer.kernel_carried
-        self.iterations += newer.iterations
-        self.iteration_carried += newer.iteration_carried
-
 
 def _concat(
     tables: list[pa.Table], flags: list[npt.NDArray[np.bool_]], schema: pa.Schema
@@ -249,11 +242,11 @@ class OtlpSink:
 
     def __init__(self, config: OtlpConfig) -> None:
         self.config = config
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # metric values (read by the reader threads)
+        # pending spans, providers and counters: ingest runs on the event loop,
+        # flush/close on a worker thread (asyncio.to_thread)
+        self._state = threading.Lock()
         self._pending: dict[str, _Pending] = {}
-        # The event loop ingests while flush() runs in a worker thread: every
-        # access to _pending holds this lock (span export happens outside it).
-        self._buf_lock = threading.Lock()
         self._tracers: dict[tuple[str, str | None, int | None], TracerProvider] = {}
         self._meters: dict[str, MeterProvider] = {}
         self._series: dict[tuple[str, str, str, str], _Series] = {}
@@ -270,7 +263,7 @@ class OtlpSink:
         """
         t = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
         if signal == "kernel_span":
-            with self._buf_lock:
+            with self._state:
                 p = self._pending.setdefault(host, _Pending())
                 p.kernels.append(t)
                 p.kernel_carried.append(np.zeros(t.num_rows, dtype=bool))
@@ -278,7 +271,7 @@ class OtlpSink:
             if full:
                 self._emit_traces(host, final=False)
         elif signal == "iteration_span":
-            with self._buf_lock:
+            with self._state:
                 p = self._pending.setdefault(host, _Pending())
                 p.iterations.append(t)
                 p.iteration_carried.append(np.zeros(t.num_rows, dtype=bool))
@@ -290,8 +283,12 @@ class OtlpSink:
 
     def flush(self) -> None:
         """Export buffered traces (holding incomplete ones once) and force-flush
-        both pipelines; blocks up to about ``timeout_s`` per provider."""
-        with self._buf_lock:
+        both pipelines; blocks up to about ``timeout_s`` per provider.
+
+        Thread-safe against :meth:`ingest`: every access to the pending spans,
+        the providers and the counters holds one lock, and each span row is
+        exported exactly once."""
+        with self._state:
             hosts = list(self._pending)
         for host in hosts:
             self._emit_traces(host, final=False)
@@ -299,27 +296,36 @@ class OtlpSink:
 
     def close(self) -> None:
         """Export everything still buffered, flush and shut the providers down."""
-        with self._buf_lock:
+        with self._state:
             hosts = list(self._pending)
         for host in hosts:
             self._emit_traces(host, final=True)
         self._force_flush()
-        for tp in self._tracers.values():
+        with self._state:
+            tracers, meters = list(self._tracers.values()), list(self._meters.values())
+            self._tracers.clear()
+            self._meters.clear()
+        for tp in tracers:
             tp.shutdown()
-        for mp in self._meters.values():
+        for mp in meters:
             mp.shutdown()
-        self._tracers.clear()
-        self._meters.clear()
 
     def _force_flush(self) -> None:
         ms = int(self.config.timeout_s * 1000)
-        for tp in self._tracers.values():
+        with self._state:
+            tracers, meters = list(self._tracers.values()), list(self._meters.values())
+        for tp in tracers:
             tp.force_flush(ms)
-        for mp in self._meters.values():
+        for mp in meters:
             mp.force_flush(ms)
 
     # ---- traces ---------------------------------------------------------
     def _tracer_provider(self, host: str, model: str | None, agent: int | None) -> TracerProvider:
+        with self._state:
+            return self._tracer_provider_locked(host, model, agent)
+
+    def _tracer_provider_locked(self, host: str, model: str | None,
+                                agent: int | None) -> TracerProvider:
         key = (host, model, agent)
         if key not in self._tracers and len(self._tracers) >= self.config.max_resources:
             key = (host, None, None)
@@ -343,7 +349,7 @@ class OtlpSink:
     def _emit_traces(self, host: str, final: bool) -> None:
         from exporter.schema import ITERATION_SPAN, KERNEL_SPAN
 
-        with self._buf_lock:
+        with self._state:  # take the host's buffer; ingest starts a new one
             p = self._pending.pop(host, None)
         if p is None:
             return
@@ -365,10 +371,13 @@ class OtlpSink:
             if (~it_ready).any():
                 keep.iterations.append(its.filter(pa.array(~it_ready)))
                 keep.iteration_carried.append(np.ones(int((~it_ready).sum()), dtype=bool))
-            with self._buf_lock:  # batches ingested meanwhile go after the held ones
-                newer = self._pending.get(host)
-                if newer is not None:
-                    keep.extend(newer)
+            with self._state:  # held rows first, then what arrived meanwhile
+                cur = self._pending.get(host)
+                if cur is not None:
+                    keep.kernels += cur.kernels
+                    keep.kernel_carried += cur.kernel_carried
+                    keep.iterations += cur.iterations
+                    keep.iteration_carried += cur.iteration_carried
                 self._pending[host] = keep
         self._export_spans(host, ks.filter(pa.array(k_ready)), its.filter(pa.array(it_ready)))
 
@@ -376,7 +385,8 @@ class OtlpSink:
         if ks.num_rows == 0 and its.num_rows == 0:
             return
         plan = op.plan_spans(ks, its, self.config.policy)
-        self.kernels_dropped += plan.kernels_dropped
+        with self._state:
+            self.kernels_dropped += plan.kernels_dropped
         parents: list[tuple[Any, Any]] = []  # (tracer, span) by plan parent index
         ic = {
             c: its.column(c).to_pylist()
@@ -428,10 +438,15 @@ class OtlpSink:
                 child.end(end_time=kends[j])
         for (_, span), end in zip(parents, ends, strict=True):
             span.end(end_time=end)
-        self.spans_exported += len(parents) + len(plan.kernel_rows)
+        with self._state:
+            self.spans_exported += len(parents) + len(plan.kernel_rows)
 
     # ---- metrics --------------------------------------------------------
     def _series_for(self, host: str, name: str, kind: str, unit: str) -> _Series | None:
+        with self._state:
+            return self._series_for_locked(host, name, kind, unit)
+
+    def _series_for_locked(self, host: str, name: str, kind: str, unit: str) -> _Series | None:
         key = (host, name, kind, unit)
         s = self._series.get(key)
         if s is not None:
