@@ -32,10 +32,25 @@ def double_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", f"{DOUBLE_DIR}:{os.environ['PATH']}")
 
 
+def _execed(p: subprocess.Popen[bytes], exe: str = "sleep") -> None:
+    """Wait until ``p`` runs ``exe``: between fork and exec its /proc/PID/environ
+    is still the parent's."""
+    for _ in range(500):
+        try:
+            if Path(f"/proc/{p.pid}/cmdline").read_bytes().split(b"\0")[0].endswith(
+                    exe.encode()):
+                return
+        except OSError:
+            pass
+        time.sleep(0.01)
+    raise AssertionError(f"pid {p.pid} never ran {exe}")
+
+
 @pytest.fixture
 def target() -> Iterator[subprocess.Popen[bytes]]:
     """A running process started with ROCP_TOOL_ATTACH=1 (a server stand-in)."""
     p = subprocess.Popen(["sleep", "600"], env=dict(os.environ, ROCP_TOOL_ATTACH="1"))
+    _execed(p)
     yield p
     p.kill()
     p.wait()
@@ -67,6 +82,7 @@ def test_env_check_reads_rocp_tool_attach_from_proc(target: subprocess.Popen[byt
     assert env_problem(target.pid) is None
     with subprocess.Popen(["sleep", "600"], env={"PATH": os.environ["PATH"]}) as plain:
         try:
+            _execed(plain)
             assert "ROCP_TOOL_ATTACH=1" in (env_problem(plain.pid) or "")
         finally:
             plain.kill()
@@ -131,6 +147,7 @@ def test_a_target_without_rocp_tool_attach_is_skipped_counted_and_logged_once(
     logs: list[str] = []
     with subprocess.Popen(["sleep", "600"], env={"PATH": os.environ["PATH"]}) as plain:
         try:
+            _execed(plain)
             c = create("attach", CollectorContext(host="h", options={
                 "pids": [plain.pid], "every_s": 0.1, "window_s": 0.05}, log=logs.append))
             for _ in range(3):

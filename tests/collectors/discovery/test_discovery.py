@@ -33,7 +33,18 @@ def _discovery(sel: Selectors, **kw: object) -> Discovery:
 
 @contextmanager
 def _spawn(argv: list[str]) -> Iterator[subprocess.Popen[str]]:
+    """Start ``argv`` and wait until it has exec'd (between fork and exec the
+    child still has this process's comm, maps and environment)."""
     p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    want = Path(argv[0]).name.encode()
+    for _ in range(500):
+        try:
+            if Path(Path(f"/proc/{p.pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+                    ).name.encode() == want:
+                break
+        except OSError:
+            pass
+        time.sleep(0.01)
     try:
         yield p
     finally:
