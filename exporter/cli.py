@@ -282,14 +282,14 @@ def run(
                          explicit=_explicit(ctx), attach_pids=list(attach),
                          attach_every_s=attach_every, attach_window_s=attach_window,
                          attach_discovered=attach_discovered, rocprofv3=rocprofv3)
-    if ctx.meta.get("aaco_config") is not None:
-        opts.collector_options = dict(ctx.meta["aaco_config"].collectors)
+    fc = ctx.meta.get("aaco_config")
+    if fc is not None:
+        opts.collector_options = dict(fc.collectors)
     if providers and not model:
         _fail("--providers applies to --model (the lab load generator); an observed server "
               "chooses its own providers")
     if providers:
-        opts.collector_options.setdefault("ort", {})
-        opts.collector_options["ort"] = {**opts.collector_options["ort"],
+        opts.collector_options["ort"] = {**opts.collector_options.get("ort", {}),
                                          "providers": _providers(providers)}
     cfg = _bus_cfg(nats, nats_creds, nats_user, nats_password, nats_token, nats_tls_ca)
     cfg.tls_cert, cfg.tls_key = nats_tls_cert, nats_tls_key
@@ -299,7 +299,6 @@ def run(
         if not host_name.strip():
             _fail("--host must not be empty")
         opts.host = host_name
-    fc = ctx.meta.get("aaco_config")
     file_otlp: dict[str, object] = dict(fc.otlp) if fc is not None else {}
     flags: dict[str, object] = {}
     for key, param, v in (("endpoint", "otlp_endpoint", otlp_endpoint),

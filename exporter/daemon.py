@@ -23,6 +23,7 @@ import logging
 import signal
 import socket
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,7 @@ class DaemonOptions:
     attach_window_s: float = 2.0
     attach_discovered: bool = False
     rocprofv3: str = "rocprofv3"
+    analytics: bool = True  # False: no own consumer; a standalone worker serves this host
 
     def watch_mode(self) -> str:
         """``auto`` or ``none``: auto by default, except as a lab load generator
@@ -87,7 +89,32 @@ class DaemonOptions:
         ``[collectors.discovery]`` section)."""
         return (self.watch_mode() == "auto" or bool(self.watch_comm or self.watch_cgroup)
                 or bool(self.pids) or "discovery" in self.collector_options)
-    analytics: bool = True  # False: no own consumer; a standalone worker serves this host
+
+
+_FLAG_OPTIONS: dict[str, Callable[[DaemonOptions], tuple[tuple[str, str, Any], ...]]] = {
+    "rocprof": lambda o: (("dir", "rocprof_dir", o.rocprof_dir),),
+    "kineto": lambda o: (("dir", "kineto_dir", o.kineto_dir),),
+    "discovery": lambda o: (
+        ("auto", "watch", o.watch_mode() == "auto"), ("comm", "watch_comm", o.watch_comm),
+        ("cgroup", "watch_cgroup", o.watch_cgroup), ("pids", "pid", list(o.pids)),
+        ("max_watched", "max_watched", o.max_watched),
+        ("interval_s", "watch_interval", o.watch_interval_s)),
+    "attach": lambda o: (
+        ("pids", "attach", list(o.attach_pids)), ("every_s", "attach_every", o.attach_every_s),
+        ("window_s", "attach_window", o.attach_window_s),
+        ("discovered", "attach_discovered", o.attach_discovered),
+        ("rocprofv3", "rocprofv3", o.rocprofv3)),
+}
+"""Collector option <- ``run`` flag (parameter name) <- its value, per collector."""
+
+
+def _apply_flags(o: dict[str, Any], explicit: set[str],
+                 rows: Iterable[tuple[str, str, Any]]) -> None:
+    """A flag (or ``[run]`` key) beats ``[collectors.NAME]``, which beats the
+    flag's default; ``None`` (flag not given, no default) leaves the option."""
+    for key, param, value in rows:
+        if value is not None and (param in explicit or key not in o):
+            o[key] = value
 
 
 def _build_collectors(opts: DaemonOptions, pids: set[int]) -> list[Collector]:
@@ -113,30 +140,8 @@ def _build_collectors(opts: DaemonOptions, pids: set[int]) -> list[Collector]:
         if name == "ort":
             o.setdefault("model", opts.model)
             o.setdefault("model_name", opts.model_name)
-        if name == "rocprof":
-            o.setdefault("dir", opts.rocprof_dir)
-        if name == "discovery":
-            # a flag (or [run] key) beats [collectors.discovery], which beats the flag default
-            for key, param, value in (
-                    ("auto", "watch", opts.watch_mode() == "auto"),
-                    ("comm", "watch_comm", opts.watch_comm),
-                    ("cgroup", "watch_cgroup", opts.watch_cgroup),
-                    ("pids", "pid", list(opts.pids)),
-                    ("max_watched", "max_watched", opts.max_watched),
-                    ("interval_s", "watch_interval", opts.watch_interval_s)):
-                if value is not None and (param in opts.explicit or key not in o):
-                    o[key] = value
-        if name == "kineto":
-            o.setdefault("dir", opts.kineto_dir)
-        if name == "attach":
-            for key, param, value in (
-                    ("pids", "attach", list(opts.attach_pids)),
-                    ("every_s", "attach_every", opts.attach_every_s),
-                    ("window_s", "attach_window", opts.attach_window_s),
-                    ("discovered", "attach_discovered", opts.attach_discovered),
-                    ("rocprofv3", "rocprofv3", opts.rocprofv3)):
-                if param in opts.explicit or key not in o:
-                    o[key] = value
+        if name in _FLAG_OPTIONS:
+            _apply_flags(o, opts.explicit, _FLAG_OPTIONS[name](opts))
         out.append(create(name, CollectorContext(opts.host, pids, o, log.info)))
     return out
 

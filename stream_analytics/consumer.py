@@ -68,7 +68,6 @@ log = logging.getLogger("aaco.analytics")
 
 INPUTS = ("kernel_span", "iteration_span", "graph_info", "sched_sample", "gauge_sample")
 KV_BUCKET = "aaco_analytics"
-CHECKPOINT_FORMAT = checkpoint.FORMAT  # the envelope (stream_analytics.checkpoint)
 
 
 class AnalyticsConsumer:

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
+
+from collectors.rocprof.runner import rocprofv3_help
 
 CAP_SYS_PTRACE = 19
 """Bit of ``CAP_SYS_PTRACE`` in ``/proc/PID/status`` ``CapEff`` (capabilities(7))."""
@@ -25,12 +26,10 @@ def tool_problem(exe: str, timeout_s: float = 20.0) -> str | None:
     path = shutil.which(exe)
     if path is None:
         return f"{exe} not found on PATH (rocprofiler-sdk's rocprofv3 is needed for --attach)"
-    try:
-        out = subprocess.run([path, "--help"], capture_output=True, text=True,
-                             timeout=timeout_s, check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"{path} --help failed: {e}"
-    if "--attach" not in out.stdout + out.stderr:
+    text = rocprofv3_help(path, timeout_s)
+    if text is None:
+        return f"{path} --help could not be run"
+    if "--attach" not in text:
         return f"{path} has no --attach (process attachment needs rocprofv3 of ROCm >= 7.0)"
     return None
 

@@ -47,15 +47,20 @@ def rocprofv3_command(
     return [*argv, "--", *cmd]
 
 
-def rocprofv3_output_format(name: str = "rocprofv3", timeout_s: float = 20.0) -> str:
-    """``rocpd`` when ``name --help`` lists it as an output format (rocprofv3
-    of ROCm >= 7.0), else ``csv`` (older releases, or a help that cannot be read)."""
+def rocprofv3_help(name: str = "rocprofv3", timeout_s: float = 20.0) -> str | None:
+    """``name --help`` output (stdout and stderr), or ``None`` when it cannot run."""
     try:
         out = subprocess.run([name, "--help"], capture_output=True, text=True,
                              timeout=timeout_s, check=False)
     except (OSError, subprocess.TimeoutExpired):
-        return "csv"
-    return "rocpd" if "rocpd" in out.stdout + out.stderr else "csv"
+        return None
+    return out.stdout + out.stderr
+
+
+def rocprofv3_output_format(name: str = "rocprofv3", timeout_s: float = 20.0) -> str:
+    """``rocpd`` when ``name --help`` lists it as an output format (rocprofv3
+    of ROCm >= 7.0), else ``csv`` (older releases, or a help that cannot be read)."""
+    return "rocpd" if "rocpd" in (rocprofv3_help(name, timeout_s) or "") else "csv"
 
 
 def rocprofv3_available(name: str = "rocprofv3") -> bool:
