@@ -50,6 +50,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 
+from exporter import catalogue
 from exporter.sinks import otlp_proto as op
 
 Protocol = Literal["grpc", "http/protobuf"]
@@ -486,15 +487,14 @@ class OtlpSink:
             tuple((k, v) for k, v in op.analytics_point_items(m, p) if v is not None)
             for m, p in zip(t.column("model").to_pylist(), t.column("pid").to_pylist(), strict=True)
         ]
-        for col, name, unit in op.ANALYTICS_GAUGES + op.ANALYTICS_COUNTERS:
-            kind = "gauge" if (col, name, unit) in op.ANALYTICS_GAUGES else "counter"
-            s = self._series_for(host, name, kind, unit)
+        for metric, column in catalogue.ANALYTICS_POINTS:
+            s = self._series_for(host, metric.otel, metric.kind, metric.unit)
             if s is None:
                 continue
             with self._lock:
-                for a, v in zip(attrs, t.column(col).to_pylist(), strict=True):
+                for a, v in zip(attrs, t.column(column.name).to_pylist(), strict=True):
                     if v is not None:
-                        s.values[a] = float(v)
+                        s.values[a + column.attrs] = float(v)
 
     def _update_gauges(self, t: pa.Table, host: str) -> None:
         if t.num_rows == 0:

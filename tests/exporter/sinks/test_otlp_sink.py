@@ -160,8 +160,9 @@ def test_grpc_metrics_latest_values_as_gauges_and_counters() -> None:
             sink.close()
         pts = rx.metric_points(r.metrics)
         res = rx.attrs(r.metrics[0].resource_metrics[0].resource.attributes)
-    assert pts["aaco.kar"][0][1:] == (0.75, "gauge")
-    assert pts["aaco.kar"][0][0] == {"aaco.model": data.MAGIKA_MODEL, "process.pid": 7}
+    assert pts["aaco.kernel_amplification"][0][1:] == (0.75, "gauge")
+    assert pts["aaco.kernel_amplification"][0][0] == {
+        "aaco.model": data.MAGIKA_MODEL, "process.pid": 7}
     assert pts["aaco.kernel_spans"][0][1:] == (576, "sum")
     assert pts["hw.gpu.power"][0][1] == 210.0
     assert pts["hw.gpu.power"][0][0] == {"aaco.source": "amdsmi", "aaco.gpu.index": 0}
@@ -319,12 +320,13 @@ def test_analytics_rows_export_under_the_host_they_describe_not_the_worker() -> 
         try:
             sink.ingest("analytics_result", an.to_batches()[0], "analytics-worker")
             sink.flush()
-            assert r.wait_for(lambda: "aaco.kar" in rx.metric_points(r.metrics))
+            assert r.wait_for(lambda: "aaco.kernel_amplification" in rx.metric_points(r.metrics))
         finally:
             sink.close()
         kar = {rx.attrs(rm.resource.attributes)["host.name"]: m.gauge.data_points[0].as_double
                for req in r.metrics for rm in req.resource_metrics
-               for sm in rm.scope_metrics for m in sm.metrics if m.name == "aaco.kar"}  # fmt: skip
+               for sm in rm.scope_metrics for m in sm.metrics
+               if m.name == "aaco.kernel_amplification"}  # fmt: skip
     assert kar == {"node-a": 0.5, "node-b": 0.75}
 
 
