@@ -250,6 +250,12 @@ async def run_daemon(opts: DaemonOptions, bus_cfg: BusConfig,
         server.shutdown()
         if otlp_sink is not None:
             await asyncio.to_thread(otlp_sink.close)
+        if bridge is not None:
+            try:
+                await bridge.flush(bus, final=True)
+            except Exception as e:  # the bus may be gone at shutdown
+                pipe.drops["otlp_export_error"] += 1
+                log.warning("OTLP-on-bus final flush failed: %s", e)
         await pipe.close()
 
 

@@ -331,6 +331,19 @@ def any_value(v: AttrValue) -> AnyValue:
     return AnyValue(string_value=str(v))
 
 
+def from_any_value(v: AnyValue) -> AttrValue:
+    """The Python value of an ``AnyValue`` built by :func:`any_value`.
+
+    >>> from_any_value(any_value(3)), from_any_value(any_value("x"))
+    (3, 'x')
+    """
+    kind = v.WhichOneof("value")
+    if kind is None:
+        return ""
+    out: AttrValue = getattr(v, kind)
+    return out
+
+
 def key_values(items: Iterable[tuple[str, AttrValue | None]]) -> list[KeyValue]:
     """``KeyValue`` list of the items whose value is not None."""
     return [KeyValue(key=k, value=any_value(v)) for k, v in items if v is not None]
@@ -423,15 +436,20 @@ def traces_request(
     host: str,
     policy: SpanPolicy,
     service_name: str = DEFAULT_SERVICE_NAME,
+    plan: SpanPlan | None = None,
 ) -> ExportTraceServiceRequest:
     """Build an ``ExportTraceServiceRequest`` from kernel and iteration tables.
 
     ``kernels``: ``KERNEL_SPAN`` table; ``iterations``: ``ITERATION_SPAN``
-    table (either may have zero rows). One ``ResourceSpans`` per model
-    (iterations) and per ``(model, agent_id)`` (synthetic groups); all times
-    are the rows' own ``start_ns``/``end_ns`` (ns since the Unix epoch).
+    table (either may have zero rows); ``plan``: :func:`plan_spans` of them
+    under ``policy`` when the caller has it already. One ``ResourceSpans``
+    per model (iterations) and per ``(model, agent_id)`` (synthetic groups);
+    all times are the rows' own ``start_ns``/``end_ns`` (ns since the Unix
+    epoch). Span ids are deterministic: a function of the host and the rows'
+    own fields, never of batching, so every output names a span alike.
     """
-    plan = plan_spans(kernels, iterations, policy)
+    if plan is None:
+        plan = plan_spans(kernels, iterations, policy)
     req = ExportTraceServiceRequest()
     scopes: dict[tuple[object, object], trace_pb2.ScopeSpans] = {}
 
@@ -510,12 +528,15 @@ def traces_request(
         starts = sel.column("start_ns").to_pylist()
         ends = sel.column("end_ns").to_pylist()
         names = sel.column("kernel_name").to_pylist()
+        corr = sel.column("correlation_id").to_pylist()
+        disp = sel.column("dispatch_id").to_pylist()
         for j, p in enumerate(plan.kernel_parent.tolist()):
             tid, psid, ss = parent_ids[p]
             ss.spans.append(
                 trace_pb2.Span(
                     trace_id=tid,
-                    span_id=span_id_for(tid, "kernel", int(plan.kernel_rows[j]), starts[j]),
+                    span_id=span_id_for(tid, "kernel", starts[j], ends[j], names[j],
+                                        corr[j], disp[j]),
                     parent_span_id=psid,
                     name=kernel_span_name(names[j]),
                     kind=trace_pb2.Span.SPAN_KIND_INTERNAL,

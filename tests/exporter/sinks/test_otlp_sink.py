@@ -69,13 +69,16 @@ def test_grpc_export_span_counts_parentage_and_resource() -> None:
     assert sink.kernels_dropped == 576 - 212
 
 
-def test_kernels_wait_one_flush_for_their_iteration() -> None:
-    """Kernels whose iteration has not arrived are held at the first flush, then parented."""
+def test_kernels_wait_for_their_iteration_then_are_parented() -> None:
+    """Kernels whose iteration has not arrived are held through any number of
+    flushes (within hold_s), then parented under it."""
     ks, its = data.magika_tables()
     with rx.GrpcReceiver() as r:
-        sink = OtlpSink(OtlpConfig(endpoint=r.endpoint, insecure=True, sample_every=1))
+        sink = OtlpSink(OtlpConfig(endpoint=r.endpoint, insecure=True, sample_every=1,
+                                   hold_s=3600.0))
         try:
             sink.ingest("kernel_span", ks, "node-1")
+            sink.flush()
             sink.flush()
             held = len(rx.spans_of(r.traces))
             sink.ingest("iteration_span", its, "node-1")
@@ -87,6 +90,31 @@ def test_kernels_wait_one_flush_for_their_iteration() -> None:
     assert held == 0
     roots = {s.span_id for _, s in spans if not s.parent_span_id}
     assert len(roots) == 6 and all(s.parent_span_id in roots for _, s in spans if s.parent_span_id)
+
+
+def test_sdk_export_and_otlp_on_the_bus_name_every_span_alike() -> None:
+    """One assembler, one encoding: the SDK exporter sends exactly the spans (ids,
+    parents, names, times) that traces_request puts on the bus."""
+    from exporter.sinks.otlp_proto import SpanPolicy, traces_request
+
+    ks, its = data.magika_tables()
+    with rx.GrpcReceiver() as r:
+        sink = OtlpSink(OtlpConfig(endpoint=r.endpoint, insecure=True))
+        try:
+            sink.ingest("kernel_span", ks, "node-1")
+            sink.ingest("iteration_span", its, "node-1")
+            sink.flush()
+            n = sink.spans_exported
+            assert r.wait_for(lambda: len(rx.spans_of(r.traces)) >= n)
+        finally:
+            sink.close()
+        got = {(s.trace_id, s.span_id, s.parent_span_id, s.name, s.start_time_unix_nano)
+               for _, s in rx.spans_of(r.traces)}
+    bus = traces_request(ks, its, "node-1", SpanPolicy())
+    want = {(s.trace_id, s.span_id, s.parent_span_id, s.name, s.start_time_unix_nano)
+            for rs in bus.resource_spans for ss in rs.scope_spans for s in ss.spans}
+    assert n == len(want) > 6
+    assert got == want
 
 
 def test_grpc_gpu_kernels_without_iteration_are_capped_under_synthetic_parent() -> None:
@@ -337,12 +365,13 @@ def test_a_batch_ingested_while_a_flush_holds_back_spans_is_not_lost(
     middle of a flush that is holding kernels back (between taking the host's
     buffer and putting the held part back); it must be exported, not
     overwritten by the held buffer."""
-    import exporter.sinks.otlp as otlp_mod
+    import exporter.sinks.span_assembler as otlp_mod
 
     ks, its = data.magika_tables()
     first, second = its.slice(0, 3), its.slice(3)
     with rx.GrpcReceiver() as r:
-        sink = OtlpSink(OtlpConfig(endpoint=r.endpoint, insecure=True, sample_every=1))
+        sink = OtlpSink(OtlpConfig(endpoint=r.endpoint, insecure=True, sample_every=1,
+                                   hold_s=3600.0))
         real_concat = otlp_mod._concat
         calls = {"n": 0}
 
