@@ -18,6 +18,10 @@ redelivered message in that set is acknowledged without being folded in
 again. The set is pruned to sequences above the ack floor, so it stays
 bounded by ``max_ack_pending``.
 
+Replicas: the durable consumer and the KV bucket get the stream's replica
+count (:attr:`exporter.bus.Bus.replicas`, set by ``--stream-replicas``); an
+existing durable or bucket with another count is changed at :meth:`start`.
+
 Work sharing: on a stream with ``partitions=N`` (:class:`exporter.bus.BusConfig`),
 ``instances=M`` workers each run ``instance=k`` under their own durable name
 and take the hosts of partitions ``p % M == k``; each checkpoints separately.

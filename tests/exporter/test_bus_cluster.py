@@ -7,7 +7,6 @@ The data is synthetic (kernel and iteration spans made here)."""
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -56,9 +55,15 @@ def _iteration(i: int) -> tuple[pa.Table, pa.Table]:
 
 async def _until(cond: Callable[[], Awaitable[bool]], what: str,
                  timeout_s: float = WAIT_S) -> None:
-    """Poll the async predicate ``cond`` until true; fail after ``timeout_s``."""
+    """Poll the async predicate ``cond`` until true; fail after ``timeout_s``.
+    A bus error while the cluster fails over counts as not yet."""
     deadline = time.monotonic() + timeout_s
-    while not await cond():
+    while True:
+        try:
+            if await cond():
+                return
+        except (nats.errors.Error, APIError, TimeoutError):
+            pass
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         await asyncio.sleep(0.05)
 
@@ -187,11 +192,7 @@ async def _leader_kill(cl: NatsCluster) -> None:
     res = consumer.engine.results().to_pylist()
     assert sum(r["kernel_spans_total"] for r in res) == sum(k.num_rows for k, _ in data)
     assert sum(r["iterations_total"] for r in res) == ITERS
-    logging.getLogger("test").warning(
-        "leader %s killed after %d acked messages: first publish after the kill took "
-        "%.2f s; %d publish retries %s; consumer errors %d, redelivered %d", victim,
-        KILL_AFTER, outage_s, pub.retries, dict(pub.errors), consumer.drops["consumer_error"],
-        consumer.received["redelivered"])
+    # figures for a person (pytest -s): not asserted, they depend on timing
     print(f"\nCLUSTER-FIGURES outage_s={outage_s:.2f} retries={pub.retries} "
           f"errors={dict(pub.errors)} consumer_error={consumer.drops['consumer_error']} "
           f"redelivered={consumer.received['redelivered']}")
