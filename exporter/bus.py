@@ -9,6 +9,15 @@ stored once. With ``partitions=N`` the stream stores
 ``partition(N)`` subject transform on the host token), which lets several
 analytics instances share the hosts; filters ending in ``>`` see both forms.
 
+Clusters: ``url`` may list several servers, comma-separated
+(``nats://a:4222,nats://b:4222,nats://c:4222``); the client connects to one
+and fails over to the others. ``stream_replicas=N`` creates the stream with N
+replicas (the analytics KV bucket and durable consumers follow it, see
+:attr:`Bus.replicas`) and changes an existing stream's count to N; ``None``
+creates a new stream with one replica and keeps an existing stream's count.
+A change the server refuses (a single server, too few peers) is logged once
+and the stream keeps its count.
+
 Errors: :class:`BusError` when the server cannot be reached after the bounded
 retries (the message names the URL and the last error).
 """
@@ -27,8 +36,14 @@ import nats
 import pyarrow as pa
 from nats.aio.client import Client
 from nats.js import JetStreamContext
-from nats.js.api import RetentionPolicy, StorageType, StreamConfig, SubjectTransform
-from nats.js.errors import BadRequestError
+from nats.js.api import (
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+    StreamInfo,
+    SubjectTransform,
+)
+from nats.js.errors import APIError, NotFoundError
 
 from collectors.base import Emit
 from exporter import schema
@@ -67,6 +82,7 @@ class BusConfig:
     tls_key: str | None = None
     max_payload_bytes: int = 900_000
     partitions: int = 1  # >1: the stream appends a partition(N, host) subject token
+    stream_replicas: int | None = None  # None: 1 for a new stream, an existing one keeps its own
     extra: dict[str, object] = field(default_factory=dict)
 
     def tls_context(self) -> ssl.SSLContext | None:
@@ -90,14 +106,28 @@ async def _log_error(e: Exception) -> None:
     log.warning("nats: %s: %s", type(e).__name__, e)
 
 
+def server_list(url: str) -> list[str]:
+    """The servers of a comma-separated ``url`` (one cluster), in order.
+
+    >>> server_list("nats://a:4222, nats://b:4222,")
+    ['nats://a:4222', 'nats://b:4222']
+    """
+    return [u.strip() for u in url.split(",") if u.strip()]
+
+
 async def connect(url: str, cfg: BusConfig) -> Client:
-    """Connect with bounded retries (``cfg.connect_attempts``, backoff 0.5 s x2)."""
+    """Connect with bounded retries (``cfg.connect_attempts``, backoff 0.5 s x2).
+
+    ``url`` may name several servers of one cluster, comma-separated
+    (:func:`server_list`); nats-py then reconnects to another one when its
+    server goes away.
+    """
     last: BaseException | None = None
     delay = 0.5
     for attempt in range(cfg.connect_attempts):
         try:
             return await asyncio.wait_for(nats.connect(
-                url,
+                server_list(url),
                 connect_timeout=cfg.connect_timeout_s,
                 allow_reconnect=True,
                 max_reconnect_attempts=-1,
@@ -133,6 +163,9 @@ class Bus:
         self.session = session
         self.published_messages = 0
         self.published_rows = 0
+        self.replicas = cfg.stream_replicas or 1
+        """The stream's replica count (known after :meth:`ensure_stream`); the
+        analytics KV bucket and durable consumers use it too."""
 
     @classmethod
     async def open(
@@ -161,20 +194,71 @@ class Bus:
                 src=f"{schema.SUBJECT_PREFIX}.*.*",
                 dest=f"{schema.SUBJECT_PREFIX}.{{{{wildcard(1)}}}}.{{{{wildcard(2)}}}}."
                      f"{{{{partition({self.cfg.partitions},2)}}}}")
+        sc.num_replicas = self.replicas
         try:
-            await self.js.add_stream(sc)
-        except BadRequestError:
-            if self.cfg.partitions <= 1:
-                # A client that asks for no partitions (a node daemon, capture,
-                # replay, an instrumented process) keeps an operator's
-                # partitioned stream as it is and learns N from it.
-                info = await self.js.stream_info(self.cfg.stream)
-                tr = info.config.subject_transform
-                m = _PARTITION.search(tr.dest) if tr is not None and tr.dest else None
-                if m is not None:
-                    self.cfg.partitions = int(m.group(1))
-                    return
-            await self.js.update_stream(sc)
+            info = await self.js.add_stream(sc)
+        except APIError as e:  # exists with another config (or cannot be created)
+            try:
+                have = await self.js.stream_info(self.cfg.stream)
+            except NotFoundError:
+                raise BusError(f"cannot create stream {sc.name} with {sc.num_replicas} "
+                               f"replica(s): {e.description}") from None
+            info = await self._adopt(sc, have)
+        self.replicas = info.config.num_replicas or 1
+
+    async def _adopt(self, sc: StreamConfig, have: StreamInfo) -> StreamInfo:
+        """Bring the existing stream ``have`` to ``sc`` (see :meth:`ensure_stream`)."""
+        old = have.config.num_replicas or 1
+        if self.cfg.stream_replicas is None:
+            sc.num_replicas = old  # a client that asks for no count keeps the stream's
+        if self.cfg.partitions <= 1:
+            # A client that asks for no partitions (a node daemon, capture,
+            # replay, an instrumented process) keeps an operator's
+            # partitioned stream as it is and learns N from it.
+            tr = have.config.subject_transform
+            m = _PARTITION.search(tr.dest) if tr is not None and tr.dest else None
+            if m is not None:
+                self.cfg.partitions = int(m.group(1))
+                if sc.num_replicas != old:
+                    log.warning("stream %s keeps %d replica(s), not %d: it is partitioned, so "
+                                "this client leaves its config alone (`analytics --partitions "
+                                "N --stream-replicas R` sets them)", sc.name, old, sc.num_replicas)
+                return have
+        try:
+            info = await self.js.update_stream(sc)
+        except APIError as e:
+            if sc.num_replicas == old:
+                raise BusError(f"cannot update stream {sc.name}: {e.description}") from None
+            log.warning("stream %s keeps %d replica(s), not %d: the server refused the "
+                        "change: %s", sc.name, old, sc.num_replicas, e.description)
+            sc.num_replicas = old
+            try:
+                return await self.js.update_stream(sc)
+            except APIError as e2:
+                raise BusError(f"cannot update stream {sc.name}: {e2.description}") from None
+        if sc.num_replicas != old:
+            log.info("stream %s: replicas %d -> %d", sc.name, old, sc.num_replicas)
+            await self.wait_leader(self.cfg.stream, sc.num_replicas or 1)
+        return info
+
+    async def wait_leader(self, stream: str, replicas: int = 1,
+                          timeout_s: float = 30.0) -> str:
+        """Wait until ``stream`` (or a KV bucket's ``KV_<bucket>``) has a
+        leader and its peer group counts ``replicas`` servers, as after a
+        replica change (before that the server refuses consumers with that
+        count); returns the leader's name ("" when the server names none).
+        Raises :class:`BusError` after ``timeout_s`` seconds."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while True:
+            cl = (await self.js.stream_info(stream)).cluster
+            if cl is None:
+                return ""
+            if cl.leader and 1 + len(cl.replicas or []) >= replicas:
+                return cl.leader
+            if asyncio.get_running_loop().time() > deadline:
+                raise BusError(f"stream {stream} has no leader of {replicas} replica(s) "
+                               f"after {timeout_s} s")
+            await asyncio.sleep(0.05)
 
     async def publish_table(
         self, signal: str, table: pa.Table | pa.RecordBatch, key: str,

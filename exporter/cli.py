@@ -24,8 +24,14 @@ from exporter.natsserver import NatsServerError
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Event-streaming observability exporter for AI inference.")
 
-NatsOpt = Annotated[str | None, typer.Option("--nats", help="NATS URL; default: start an "
-                                             "embedded nats-server with JetStream")]
+NatsOpt = Annotated[str | None, typer.Option("--nats", help="NATS URL, or a cluster's URLs "
+                                             "comma-separated; default: start an embedded "
+                                             "nats-server with JetStream")]
+ReplicasOpt = Annotated[int | None, typer.Option(
+    "--stream-replicas", min=1, max=5,
+    help="JetStream replicas of the AACO stream, the analytics KV bucket and durable "
+         "consumers (3 on a 3-node cluster); default: 1 for a new stream, an existing "
+         "stream keeps its count")]
 
 
 def _fail(msg: str) -> None:
@@ -109,6 +115,14 @@ def _bus_cfg(nats: str | None, creds: str | None, user: str | None, password: st
                      tls_ca=tls_ca)
 
 
+def _replicas(nats: str | None, n: int | None) -> int | None:
+    """``--stream-replicas``, refused above 1 for the embedded (single) server."""
+    if n is not None and n > 1 and not nats:
+        _fail(f"--stream-replicas {n} needs --nats with a JetStream cluster of at least {n} "
+              "servers; the embedded nats-server is a single node")
+    return n
+
+
 @app.command()
 def capture(
     command: Annotated[list[str] | None, typer.Argument(
@@ -122,6 +136,7 @@ def capture(
     dim: Annotated[list[str], typer.Option(help="symbolic dim NAME=VALUE")] = [],  # noqa: B006
     fill: Annotated[list[str], typer.Option(help="constant input NAME=VALUE")] = [],  # noqa: B006
     nats: NatsOpt = None,
+    stream_replicas: ReplicasOpt = None,
     quiet: Annotated[bool, typer.Option(help="no progress bar")] = False,
     rocprofv3: Annotated[str, typer.Option(help="rocprofv3 executable")] = "rocprofv3",
     providers: Annotated[str | None, typer.Option(
@@ -136,13 +151,14 @@ def capture(
     """
     if bool(model) == bool(command):
         _fail("give either --model or -- COMMAND ARGS")
+    bus_cfg = BusConfig(url=nats, stream_replicas=_replicas(nats, stream_replicas))
     if command:
         from exporter.capture import format_summary
         from exporter.capture_cmd import capture_command
 
         try:
             session, derived, rc = asyncio.run(
-                capture_command(command, out, BusConfig(url=nats), rocprofv3=rocprofv3))
+                capture_command(command, out, bus_cfg, rocprofv3=rocprofv3))
         except (FileNotFoundError, PermissionError, BusError, NatsServerError,
                 BundleWriteError) as e:
             _fail(str(e))
@@ -163,7 +179,7 @@ def capture(
                           fill=_kv(fill, "--fill"), progress=not quiet, argv=sys.argv,
                           providers=_providers(providers))
     try:
-        session, derived = asyncio.run(run_capture(opts, BusConfig(url=nats)))
+        session, derived = asyncio.run(run_capture(opts, bus_cfg))
     except (ModelError, InputError, BusError, NatsServerError, BundleWriteError) as e:
         _fail(str(e))
         return
@@ -180,6 +196,7 @@ def run(
     providers: Annotated[str | None, typer.Option(
         help="with --model: ONNX Runtime execution providers in order, comma-separated")] = None,
     nats: NatsOpt = None,
+    stream_replicas: ReplicasOpt = None,
     metrics_addr: Annotated[str, typer.Option(help="HOST:PORT for /metrics")] = "0.0.0.0:9464",
     pid: Annotated[list[int], typer.Option(help="also watch this process")] = [],  # noqa: B006
     collector: Annotated[list[str], typer.Option(help="extra collector plugin")] = [],  # noqa: B006
@@ -293,6 +310,7 @@ def run(
                                          "providers": _providers(providers)}
     cfg = _bus_cfg(nats, nats_creds, nats_user, nats_password, nats_token, nats_tls_ca)
     cfg.tls_cert, cfg.tls_key = nats_tls_cert, nats_tls_key
+    cfg.stream_replicas = _replicas(nats, stream_replicas)
     opts.web_config, opts.otlp_bus = web_config_file, otlp_bus
     opts.analytics = with_analytics
     if host_name is not None:
@@ -336,6 +354,7 @@ def replay(
     out: Annotated[Path, typer.Option(help="parent directory of session bundles")] = Path(
         "sessions"),
     nats: NatsOpt = None,
+    stream_replicas: ReplicasOpt = None,
 ) -> None:
     """Push recorded rocprof/Kineto outputs through the bus and analytics."""
     from collectors.rocprof.formats import UnknownFormat
@@ -344,7 +363,8 @@ def replay(
     from exporter.replay import replay as run_replay
 
     try:
-        session, derived, rejects = asyncio.run(run_replay(paths, out, BusConfig(url=nats)))
+        session, derived, rejects = asyncio.run(run_replay(
+            paths, out, BusConfig(url=nats, stream_replicas=_replicas(nats, stream_replicas))))
     except (FileNotFoundError, UnknownFormat, NothingToReplay, BusError, NatsServerError,
             BundleWriteError) as e:
         _fail(str(e))
@@ -368,7 +388,9 @@ def diff(
 
 @app.command()
 def analytics(
-    nats: Annotated[str, typer.Option("--nats", help="NATS URL of the shared bus")],
+    nats: Annotated[str, typer.Option("--nats", help="NATS URL of the shared bus (a "
+                                      "cluster's URLs comma-separated)")],
+    stream_replicas: ReplicasOpt = None,
     durable: Annotated[str, typer.Option(help="durable consumer name")] = "aaco-analytics",
     window: Annotated[float, typer.Option(help="analytics window, seconds")] = 30.0,
     batch: Annotated[int, typer.Option(min=1, help="messages per fetch")] = 512,
@@ -393,7 +415,8 @@ def analytics(
         import signal
         import socket
 
-        bus = await Bus.open(nats, BusConfig(url=nats, partitions=partitions),
+        bus = await Bus.open(nats, BusConfig(url=nats, partitions=partitions,
+                                             stream_replicas=stream_replicas),
                              socket.gethostname())
         name = durable if m == "1" else f"{durable}-{k}"
         consumer = AnalyticsConsumer(bus, durable=name, window_s=window, batch=batch,
@@ -420,7 +443,8 @@ def analytics(
 
 @app.command()
 def aggregate(
-    nats: Annotated[str, typer.Option("--nats", help="NATS URL of the shared bus")],
+    nats: Annotated[str, typer.Option("--nats", help="NATS URL of the shared bus (a "
+                                      "cluster's URLs comma-separated)")],
     metrics_addr: Annotated[str, typer.Option(help="HOST:PORT for /metrics")] = "0.0.0.0:9464",
     web_config_file: Annotated[str | None, typer.Option(
         help="TLS / basic auth for /metrics (Prometheus exporter-toolkit format)")] = None,

@@ -18,6 +18,10 @@ redelivered message in that set is acknowledged without being folded in
 again. The set is pruned to sequences above the ack floor, so it stays
 bounded by ``max_ack_pending``.
 
+Replicas: the durable consumer and the KV bucket get the stream's replica
+count (:attr:`exporter.bus.Bus.replicas`, set by ``--stream-replicas``); an
+existing durable or bucket with another count is changed at :meth:`start`.
+
 Work sharing: on a stream with ``partitions=N`` (:class:`exporter.bus.BusConfig`),
 ``instances=M`` workers each run ``instance=k`` under their own durable name
 and take the hosts of partitions ``p % M == k``; each checkpoints separately.
@@ -47,6 +51,7 @@ fresh.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections import Counter
 from collections.abc import Sequence
@@ -55,7 +60,7 @@ from typing import Any
 import pyarrow as pa
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, KeyValueConfig
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
+from nats.js.errors import APIError, BucketNotFoundError, KeyNotFoundError, NotFoundError
 
 from exporter import schema
 from exporter.bus import Bus
@@ -138,23 +143,43 @@ class AnalyticsConsumer:
             filter_subjects=self.filter_subjects(),
             max_ack_pending=50_000,
             ack_wait=10,
+            num_replicas=self.bus.replicas,
         )
         await self._update_filter(cfg)
         self._sub = await self.bus.js.pull_subscribe(
             "", durable=self.durable, stream=self.bus.cfg.stream, config=cfg
         )
         if self.checkpoint:
-            try:
-                self._kv = await self.bus.js.key_value(KV_BUCKET)
-            except (BucketNotFoundError, NotFoundError):
-                self._kv = await self.bus.js.create_key_value(
-                    KeyValueConfig(bucket=KV_BUCKET, history=1)
-                )
+            self._kv = await self._open_kv()
             try:
                 entry = await self._kv.get(self.durable)
             except KeyNotFoundError:
                 return
             self._restore(entry.value)
+
+    async def _open_kv(self) -> Any:
+        """The checkpoint bucket with the stream's replica count
+        (:attr:`exporter.bus.Bus.replicas`): created so, or an existing
+        bucket's count changed (a refused change is logged once and kept)."""
+        n = self.bus.replicas
+        try:
+            kv = await self.bus.js.key_value(KV_BUCKET)
+        except (BucketNotFoundError, NotFoundError):
+            return await self.bus.js.create_key_value(
+                KeyValueConfig(bucket=KV_BUCKET, history=1, replicas=n))
+        stream = f"KV_{KV_BUCKET}"
+        have = (await self.bus.js.stream_info(stream)).config
+        old = have.num_replicas or 1
+        if old != n:
+            try:
+                await self.bus.js.update_stream(dataclasses.replace(have, num_replicas=n))
+            except APIError as e:
+                log.warning("KV bucket %s keeps %d replica(s), not %d: the server refused the "
+                            "change: %s", KV_BUCKET, old, n, e.description)
+                return kv
+            log.info("KV bucket %s: replicas %d -> %d", KV_BUCKET, old, n)
+            await self.bus.wait_leader(stream, n)
+        return kv
 
     def _restore(self, raw: bytes | None) -> None:
         """Load checkpoint ``raw`` (:mod:`stream_analytics.checkpoint`), or keep
@@ -181,7 +206,8 @@ class AnalyticsConsumer:
         log.info("resumed %s at stream sequence %d", self.durable, self.last_seq)
 
     async def _update_filter(self, cfg: ConsumerConfig) -> None:
-        """Give an existing durable ``cfg``'s filter subjects if they differ.
+        """Give an existing durable ``cfg``'s filter subjects and replica
+        count if they differ (a refused replica change is logged once).
 
         nats-py binds to an existing durable without changing it, so a daemon
         upgraded to host scoping would otherwise keep reading every host.
@@ -192,10 +218,21 @@ class AnalyticsConsumer:
             return
         c = info.config
         have = sorted(c.filter_subjects or ([c.filter_subject] if c.filter_subject else []))
+        replicas = c.num_replicas or self.bus.replicas  # 0: the stream's count
         if have != sorted(cfg.filter_subjects or []):
             log.info("consumer %s: filter subjects %s -> %s", self.durable, have,
                      cfg.filter_subjects)
+        elif replicas != cfg.num_replicas:
+            log.info("consumer %s: replicas %d -> %s", self.durable, replicas, cfg.num_replicas)
+        else:
+            return
+        try:
             await self.bus.js.add_consumer(self.bus.cfg.stream, config=cfg)
+        except APIError as e:
+            if have != sorted(cfg.filter_subjects or []):
+                raise
+            log.warning("consumer %s keeps %d replica(s), not %s: the server refused the "
+                        "change: %s", self.durable, replicas, cfg.num_replicas, e.description)
 
     def filter_subjects(self) -> list[str]:
         """Every input subject, this instance's partitions, or ``hosts``' subjects.

@@ -113,6 +113,18 @@ def test_nats_values_describe_three_node_jetstream_cluster() -> None:
     assert cfg["jetstream"]["fileStore"]["enabled"] is True
 
 
+def test_daemonset_uses_every_nats_server_and_the_chart_replica_count() -> None:
+    """The DaemonSet's --nats lists as many servers as the NATS chart runs and
+    --stream-replicas equals that count, so values.yaml's replica claim holds."""
+    (container,) = _by_kind("DaemonSet")["spec"]["template"]["spec"]["containers"]
+    args = container["args"]
+    n = yaml.safe_load((DEPLOY / "nats" / "values.yaml").read_text())["config"]["cluster"][
+        "replicas"]
+    servers = args[args.index("--nats") + 1].split(",")
+    assert len(set(servers)) == n and all(s.startswith("nats://") for s in servers)
+    assert args[args.index("--stream-replicas") + 1] == str(n)
+
+
 def test_compose_stack_services_and_mounted_files_exist() -> None:
     """docker-compose defines the stack and every relative bind mount / build file exists."""
     compose_path = DEPLOY / "docker-compose.yml"
