@@ -631,9 +631,9 @@ class Analytics:
             wait, wall = active_totals(sub)
             invol = int(pc.sum(sub.column("involuntary_switches")).as_py() or 0)
             self.sched.setdefault((host, int(p)), deque()).append((ts, wait, wall, invol))
-            if "comm" in sub.column_names and (host, int(p)) not in self.comms:
+            if "comm" in sub.column_names:  # the newest wins: exec() renames a process
                 main = sub.filter(pc.equal(sub.column("tid"), p)).column("comm").to_pylist()
-                comm = next((c for c in main if c), None)
+                comm = next((c for c in reversed(main) if c), None)
                 if comm:
                     self.comms[(host, int(p))] = comm
             mine = [st for k, st in self.keys.items() if k[0] == host and k[1] == p]

@@ -35,6 +35,15 @@ def test_a_process_with_only_scheduler_samples_gets_sii_and_its_comm() -> None:
     assert rows[0]["iterations_total"] == 0
 
 
+def test_the_comm_follows_the_process_across_exec() -> None:
+    """A process seen before its exec() (``aaco-exporter instrument -- python``
+    between fork and exec) is renamed by the next sample: the newest comm wins."""
+    eng = Analytics(window_s=30, sched_keys=True)
+    eng.ingest("sched_sample", "h", _sched(41, wait=1, run=9, comm="aaco-exporter"))
+    eng.ingest("sched_sample", "h", _sched(41, wait=1, run=9, comm="python3"))
+    assert [r["comm"] for r in eng.results().to_pylist()] == ["python3"]
+
+
 def test_without_sched_keys_scheduler_samples_alone_make_no_result() -> None:
     """Captures keep the old behaviour: no key without kernels or iterations."""
     eng = Analytics(window_s=30)
