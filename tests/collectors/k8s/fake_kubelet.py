@@ -36,11 +36,11 @@ class _Servicer(api_pb2_grpc.PodResourcesListerServicer):  # type: ignore[misc]
     def __init__(self, owner: FakeKubelet) -> None:
         self.owner = owner
 
-    def List(self, request: Any, context: Any) -> Any:  # noqa: N802 (gRPC name)
+    def List(self, request: Any, context: Any) -> Any:
         self.owner.calls += 1
         return response(self.owner.pods)
 
-    def Get(self, request: Any, context: Any) -> Any:  # noqa: N802
+    def Get(self, request: Any, context: Any) -> Any:
         one = {k: v for k, v in self.owner.pods.items()
                if (k[0], k[1]) == (request.pod_namespace, request.pod_name)}
         if not one:
