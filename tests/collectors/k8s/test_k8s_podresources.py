@@ -24,7 +24,8 @@ PODS = {
     ("ml", "llama-0", "server"): [("amd.com/gpu", ["0000:83:00.0", "0000:03:00.0"]),
                                   ("example.com/nic", ["eth1"])],
     ("ml", "llama-0", "sidecar"): [],
-    ("batch", "train-7", "main"): [("nvidia.com/gpu", ["GPU-6f0d5c2a-0000-0000-0000-000000000001"])],
+    ("batch", "train-7", "main"): [("nvidia.com/gpu",
+                                    ["GPU-6f0d5c2a-0000-0000-0000-000000000001"])],
 }
 
 
