@@ -13,6 +13,13 @@
 * **metrics** (``analytics_result`` + ``gauge_sample``): observable gauges /
   counters reporting the latest value per series, one ``MeterProvider`` per
   host, exported every ``export_interval_s``.
+* **Kubernetes / Slurm** (``k8s_attribution``, the ``k8s`` collector's
+  snapshot): an iteration span's resource gains ``k8s.pod.name``,
+  ``k8s.namespace.name``, ``k8s.container.name`` and ``slurm.job.id`` of
+  its process; analytics points (keyed by pid) and ``hw.gpu.*`` points (the
+  GPU's holder) carry the same attributes (a host's metrics share one
+  resource). ``k8s.node.name`` is a resource attribute the daemon adds to
+  ``resource_attributes`` when the ``k8s`` collector runs.
 
 Attribute names, span names and the span policy are those of
 :mod:`exporter.sinks.otlp_proto` (the bus encoding), documented in
@@ -54,6 +61,11 @@ from exporter.sinks import otlp_proto as op
 
 Protocol = Literal["grpc", "http/protobuf"]
 Attrs = tuple[tuple[str, op.AttrValue], ...]
+
+K8S_ATTRS = (("namespace", "k8s.namespace.name"), ("pod", "k8s.pod.name"),
+             ("container", "k8s.container.name"))
+"""``k8s_attribution`` column -> OpenTelemetry k8s semantic-convention attribute."""
+SLURM_JOB_ATTR = "slurm.job.id"
 
 
 @dataclass(frozen=True)
@@ -247,7 +259,9 @@ class OtlpSink:
         # flush/close on a worker thread (asyncio.to_thread)
         self._state = threading.Lock()
         self._pending: dict[str, _Pending] = {}
-        self._tracers: dict[tuple[str, str | None, int | None], TracerProvider] = {}
+        self._tracers: dict[tuple[str, str | None, int | None, Attrs], TracerProvider] = {}
+        # host -> (pid -> k8s/slurm attributes, ("index"|"uuid", id) -> k8s attributes)
+        self._k8s: dict[str, tuple[dict[int, Attrs], dict[tuple[str, str], Attrs]]] = {}
         self._meters: dict[str, MeterProvider] = {}
         self._series: dict[tuple[str, str, str, str], _Series] = {}
         self.spans_exported = 0
@@ -280,6 +294,41 @@ class OtlpSink:
                 self._update_analytics(sub, h)
         elif signal == "gauge_sample":
             self._update_gauges(t, host)
+        elif signal == "k8s_attribution":
+            self._update_k8s(t, host)
+
+    def _update_k8s(self, t: pa.Table, host: str) -> None:
+        procs: dict[int, Attrs] = {}
+        gpus: dict[tuple[str, str], Attrs] = {}
+        for r in t.to_pylist():  # the host's whole set: one row per process / held GPU
+            items: Attrs = tuple((attr, str(r[col])) for col, attr in K8S_ATTRS if r[col])
+            if r["kind"] == "process" and r["pid"] is not None:
+                job = ((SLURM_JOB_ATTR, str(r["slurm_job_id"])),) if r["slurm_job_id"] else ()
+                procs[int(r["pid"])] = items + job
+            elif r["kind"] == "gpu" and items:
+                if r["gpu_uuid"]:
+                    gpus[("uuid", str(r["gpu_uuid"]))] = items
+                if r["gpu_index"] is not None:
+                    gpus[("index", str(r["gpu_index"]))] = items
+        with self._lock:
+            self._k8s[host] = (procs, gpus)
+
+    def _pid_attrs(self, host: str, pid: object) -> Attrs:
+        with self._lock:
+            entry = self._k8s.get(host)
+        if entry is None or pid is None:
+            return ()
+        return entry[0].get(int(str(pid)), ())
+
+    def _gpu_attrs(self, host: str, index: object, uuid: object) -> Attrs:
+        with self._lock:
+            entry = self._k8s.get(host)
+        if entry is None:
+            return ()
+        for key in (("uuid", str(uuid or "")), ("index", "" if index is None else str(index))):
+            if key[1] and key in entry[1]:
+                return entry[1][key]
+        return ()
 
     def flush(self) -> None:
         """Export buffered traces (holding incomplete ones once) and force-flush
@@ -320,20 +369,23 @@ class OtlpSink:
             mp.force_flush(ms)
 
     # ---- traces ---------------------------------------------------------
-    def _tracer_provider(self, host: str, model: str | None, agent: int | None) -> TracerProvider:
+    def _tracer_provider(self, host: str, model: str | None, agent: int | None,
+                         extra: Attrs = ()) -> TracerProvider:
         with self._state:
-            return self._tracer_provider_locked(host, model, agent)
+            return self._tracer_provider_locked(host, model, agent, extra)
 
     def _tracer_provider_locked(self, host: str, model: str | None,
-                                agent: int | None) -> TracerProvider:
-        key = (host, model, agent)
+                                agent: int | None, extra: Attrs = ()) -> TracerProvider:
+        key = (host, model, agent, extra)
         if key not in self._tracers and len(self._tracers) >= self.config.max_resources:
-            key = (host, None, None)
+            key = (host, None, None, ())
             model = agent = None
+            extra = ()
         if key not in self._tracers:
             items = op.resource_items(host, model, agent, self.config.service_name)
             resource = Resource.create({**self.config.resource_attributes,
-                                        **{k: v for k, v in items if v is not None}})
+                                        **{k: v for k, v in items if v is not None},
+                                        **dict(extra)})
             tp = TracerProvider(sampler=ALWAYS_ON, resource=resource, shutdown_on_exit=False)
             tp.add_span_processor(
                 BatchSpanProcessor(
@@ -397,7 +449,8 @@ class OtlpSink:
         ends: list[int] = []
         for i in range(plan.n_iterations):
             model = ic["model"][i]
-            tracer = self._tracer_provider(host, model, None).get_tracer(op.SCOPE_NAME)
+            tracer = self._tracer_provider(host, model, None, self._pid_attrs(
+                host, ic["pid"][i])).get_tracer(op.SCOPE_NAME)
             items = op.iteration_items(
                 plan, i, ic["source"][i], ic["pid"][i], ic["iteration"][i], ic["kernel_count"][i]
             ) + [(attr, extra[c][i]) for c, attr in op.ITERATION_ATTR_COLUMNS]
@@ -484,6 +537,7 @@ class OtlpSink:
         t = t.take(order)
         attrs = [
             tuple((k, v) for k, v in op.analytics_point_items(m, p) if v is not None)
+            + self._pid_attrs(host, p)
             for m, p in zip(t.column("model").to_pylist(), t.column("pid").to_pylist(), strict=True)
         ]
         for col, name, unit in op.ANALYTICS_GAUGES + op.ANALYTICS_COUNTERS:
@@ -513,6 +567,7 @@ class OtlpSink:
             items = op.gauge_point_items(
                 cols["source"][r], cols["gpu_index"][r], cols["gpu_uuid"][r], extra[r]
             )
-            a = tuple((k, v) for k, v in items if v is not None)
+            a = tuple((k, v) for k, v in items if v is not None) + self._gpu_attrs(
+                host, cols["gpu_index"][r], cols["gpu_uuid"][r])
             with self._lock:
                 s.values[a] = float(cols["value"][r])
