@@ -231,6 +231,18 @@ class _Series:
     def __init__(self, lock: threading.Lock) -> None:
         self.lock = lock
         self.values: dict[Attrs, float] = {}
+        self.full: dict[Attrs, Attrs] = {}  # base attributes -> with k8s attributes
+
+    def set(self, base: Attrs, extra: Attrs, value: float) -> None:
+        """Latest ``value`` of series ``base``; its k8s ``extra`` attributes
+        replace earlier ones (a pod's GPU or process has one holder at a
+        time). Call with :attr:`lock` held."""
+        full = base + extra
+        prev = self.full.get(base)
+        if prev is not None and prev != full:
+            self.values.pop(prev, None)
+        self.full[base] = full
+        self.values[full] = value
 
     def callback(self, options: CallbackOptions) -> Iterable[Observation]:
         with self.lock:
@@ -536,8 +548,8 @@ class OtlpSink:
         order = pc.sort_indices(t, [("ts_ns", "ascending")])
         t = t.take(order)
         attrs = [
-            tuple((k, v) for k, v in op.analytics_point_items(m, p) if v is not None)
-            + self._pid_attrs(host, p)
+            (tuple((k, v) for k, v in op.analytics_point_items(m, p) if v is not None),
+             self._pid_attrs(host, p))
             for m, p in zip(t.column("model").to_pylist(), t.column("pid").to_pylist(), strict=True)
         ]
         for col, name, unit in op.ANALYTICS_GAUGES + op.ANALYTICS_COUNTERS:
@@ -546,9 +558,9 @@ class OtlpSink:
             if s is None:
                 continue
             with self._lock:
-                for a, v in zip(attrs, t.column(col).to_pylist(), strict=True):
+                for (a, extra), v in zip(attrs, t.column(col).to_pylist(), strict=True):
                     if v is not None:
-                        s.values[a] = float(v)
+                        s.set(a, extra, float(v))
 
     def _update_gauges(self, t: pa.Table, host: str) -> None:
         if t.num_rows == 0:
@@ -567,7 +579,7 @@ class OtlpSink:
             items = op.gauge_point_items(
                 cols["source"][r], cols["gpu_index"][r], cols["gpu_uuid"][r], extra[r]
             )
-            a = tuple((k, v) for k, v in items if v is not None) + self._gpu_attrs(
-                host, cols["gpu_index"][r], cols["gpu_uuid"][r])
+            a = tuple((k, v) for k, v in items if v is not None)
+            holder = self._gpu_attrs(host, cols["gpu_index"][r], cols["gpu_uuid"][r])
             with self._lock:
-                s.values[a] = float(cols["value"][r])
+                s.set(a, holder, float(cols["value"][r]))

@@ -64,3 +64,23 @@ def test_iteration_resources_and_points_carry_pod_attributes() -> None:
            if a.get("process.pid") == pid]
     assert kar and all({k: a.get(k) for k in POD} == POD and a["slurm.job.id"] == "77"
                        for a in kar)
+
+
+def test_gpu_point_attributed_later_replaces_its_unattributed_point() -> None:
+    """A GPU gauge seen before its holder is known is exported once, with the
+    pod, after attribution arrives (no stale pod-less duplicate)."""
+    gauges = conform("gauge_sample", pa.table({
+        "ts_ns": [1], "metric": ["hw.gpu.power"], "value": [100.0], "kind": ["gauge"],
+        "unit": ["W"], "source": ["rocm-smi"], "gpu_index": [1]}))
+    with rx.GrpcReceiver() as r:
+        sink = OtlpSink(OtlpConfig(endpoint=r.endpoint, insecure=True, export_interval_s=60))
+        try:
+            sink.ingest("gauge_sample", gauges, "node-1")
+            sink.ingest("k8s_attribution", _attribution(1), "node-1")
+            sink.ingest("gauge_sample", gauges, "node-1")
+            sink.flush()
+            assert r.wait_for(lambda: bool(r.metrics))
+        finally:
+            sink.close()
+        points = rx.metric_points(r.metrics[-1:])["hw.gpu.power"]
+    assert [a.get("k8s.pod.name") for a, _, _ in points] == ["llama-0"]
