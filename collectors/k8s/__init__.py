@@ -13,7 +13,9 @@ Every ``interval_s`` (default 5 s) it
    :mod:`collectors.k8s.cgroup`) for the pod UID, container id and Slurm
    job id, and ``SLURM_JOB_ID`` from ``/proc/PID/environ`` where it may;
 3. names the container from the kubelet's log links in ``log_dir``
-   (:mod:`collectors.k8s.names`);
+   (:mod:`collectors.k8s.names`), else, with ``kube_api = true``, from the
+   Kubernetes API (:mod:`collectors.k8s.apiserver`: this node's pods by UID
+   and container id; the ``k8s-api`` extra, RBAC ``list pods``);
 
 and emits the whole set as one ``k8s_attribution`` batch
 (:data:`exporter.schema.K8S_ATTRIBUTION`). The sinks put ``pod``,
@@ -23,7 +25,8 @@ those pids and GPUs.
 Options (``[collectors.k8s]``, see ``sample.toml``): ``socket``,
 ``refresh_s`` (10), ``timeout_s`` (2), ``log_dir``, ``sysfs_root``
 (``/sys``), ``proc_root`` (``/proc``), ``node_name`` (default ``$NODE_NAME``,
-else the host), ``resources`` (GPU resource names), ``interval_s`` (5).
+else the host), ``resources`` (GPU resource names), ``kube_api`` (false),
+``kubeconfig`` (empty: in-cluster ServiceAccount), ``interval_s`` (5).
 
 A missing or refusing kubelet socket turns GPU attribution off with one log
 line (it retries each refresh); process attribution from cgroups and log
@@ -48,6 +51,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from collectors.base import CollectorContext, Emit, OptionType, register
+from collectors.k8s.apiserver import PodIndex
 from collectors.k8s.cgroup import Identity, parse_cgroup
 from collectors.k8s.devices import amdgpu_addresses, gpu_key
 from collectors.k8s.names import DEFAULT_LOG_DIR, LogNames
@@ -96,7 +100,7 @@ class K8sCollector:
     OPTIONS: ClassVar[Mapping[str, OptionType]] = {
         "socket": str, "refresh_s": float, "timeout_s": float, "log_dir": str,
         "sysfs_root": str, "proc_root": str, "node_name": str, "resources": list,
-        "interval_s": float}
+        "kube_api": bool, "kubeconfig": str, "interval_s": float}
     """Config keys (``[collectors.k8s]``) and their types; see ``sample.toml``."""
 
     def __init__(self, ctx: CollectorContext) -> None:
@@ -112,6 +116,8 @@ class K8sCollector:
         self.cache = PodResourcesCache(self.client, float(o.get("refresh_s", 10.0)),
                                        log=ctx.log)
         self.names = LogNames(str(o.get("log_dir", DEFAULT_LOG_DIR)))
+        self.api = (PodIndex(self.node, str(o.get("kubeconfig") or "") or None,
+                             log=ctx.log) if o.get("kube_api", False) else None)
         self._drops: Counter[str] = Counter()
         self._ident: dict[int, tuple[int, Identity]] = {}  # pid -> (start ticks, identity)
         self._unresolved: set[int] = set()
@@ -164,18 +170,29 @@ class K8sCollector:
         if ident is None:
             return None
         job = ident.slurm_job_id or self._slurm_env(pid)
-        holder = None
-        if ident.container_id:
-            holder = self.names.get(ident.container_id)
-            if holder is None and pid not in self._unresolved:
-                holder = self.names.get(ident.container_id, rescan=True)
-                if holder is None:
-                    self._unresolved.add(pid)
-                    self._drops["unresolved_container"] += 1
-                    self._stale = True
+        holder = self._holder(pid, ident)
         if not (ident or job):
             return None
         return ProcessAttribution(pid, ident, holder, job)
+
+    def _holder(self, pid: int, ident: Identity) -> Holder | None:
+        """Log links first, then the Kubernetes API (when on); a container id
+        nobody names is counted once per process."""
+        cid, holder = ident.container_id, None
+        if cid:
+            holder = self.names.get(cid)
+            if holder is None and pid not in self._unresolved:
+                holder = self.names.get(cid, rescan=True)
+            if holder is None and self.api is not None:
+                holder = self.api.container(cid)
+        if holder is None and ident.pod_uid and self.api is not None:
+            got = self.api.pod(ident.pod_uid)  # the pod is known, its container not
+            holder = Holder(got[0], got[1], "") if got else None
+        if holder is None and cid and pid not in self._unresolved:
+            self._unresolved.add(pid)
+            self._drops["unresolved_container"] += 1
+            self._stale = True
+        return holder
 
     # -- collect -------------------------------------------------------------
     def collect(self) -> Iterable[Emit]:
