@@ -58,14 +58,10 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 
 from exporter.sinks import otlp_proto as op
+from exporter.sinks.otlp_k8s import K8sAttributes
 
 Protocol = Literal["grpc", "http/protobuf"]
 Attrs = tuple[tuple[str, op.AttrValue], ...]
-
-K8S_ATTRS = (("namespace", "k8s.namespace.name"), ("pod", "k8s.pod.name"),
-             ("container", "k8s.container.name"))
-"""``k8s_attribution`` column -> OpenTelemetry k8s semantic-convention attribute."""
-SLURM_JOB_ATTR = "slurm.job.id"
 
 
 @dataclass(frozen=True)
@@ -272,8 +268,7 @@ class OtlpSink:
         self._state = threading.Lock()
         self._pending: dict[str, _Pending] = {}
         self._tracers: dict[tuple[str, str | None, int | None, Attrs], TracerProvider] = {}
-        # host -> (pid -> k8s/slurm attributes, ("index"|"uuid", id) -> k8s attributes)
-        self._k8s: dict[str, tuple[dict[int, Attrs], dict[tuple[str, str], Attrs]]] = {}
+        self._k8s = K8sAttributes()  # the k8s collector's snapshots, as OTel attributes
         self._meters: dict[str, MeterProvider] = {}
         self._series: dict[tuple[str, str, str, str], _Series] = {}
         self.spans_exported = 0
@@ -307,40 +302,7 @@ class OtlpSink:
         elif signal == "gauge_sample":
             self._update_gauges(t, host)
         elif signal == "k8s_attribution":
-            self._update_k8s(t, host)
-
-    def _update_k8s(self, t: pa.Table, host: str) -> None:
-        procs: dict[int, Attrs] = {}
-        gpus: dict[tuple[str, str], Attrs] = {}
-        for r in t.to_pylist():  # the host's whole set: one row per process / held GPU
-            items: Attrs = tuple((attr, str(r[col])) for col, attr in K8S_ATTRS if r[col])
-            if r["kind"] == "process" and r["pid"] is not None:
-                job = ((SLURM_JOB_ATTR, str(r["slurm_job_id"])),) if r["slurm_job_id"] else ()
-                procs[int(r["pid"])] = items + job
-            elif r["kind"] == "gpu" and items:
-                if r["gpu_uuid"]:
-                    gpus[("uuid", str(r["gpu_uuid"]))] = items
-                if r["gpu_index"] is not None:
-                    gpus[("index", str(r["gpu_index"]))] = items
-        with self._lock:
-            self._k8s[host] = (procs, gpus)
-
-    def _pid_attrs(self, host: str, pid: object) -> Attrs:
-        with self._lock:
-            entry = self._k8s.get(host)
-        if entry is None or pid is None:
-            return ()
-        return entry[0].get(int(str(pid)), ())
-
-    def _gpu_attrs(self, host: str, index: object, uuid: object) -> Attrs:
-        with self._lock:
-            entry = self._k8s.get(host)
-        if entry is None:
-            return ()
-        for key in (("uuid", str(uuid or "")), ("index", "" if index is None else str(index))):
-            if key[1] and key in entry[1]:
-                return entry[1][key]
-        return ()
+            self._k8s.update(t, host)
 
     def flush(self) -> None:
         """Export buffered traces (holding incomplete ones once) and force-flush
@@ -461,7 +423,7 @@ class OtlpSink:
         ends: list[int] = []
         for i in range(plan.n_iterations):
             model = ic["model"][i]
-            tracer = self._tracer_provider(host, model, None, self._pid_attrs(
+            tracer = self._tracer_provider(host, model, None, self._k8s.pid(
                 host, ic["pid"][i])).get_tracer(op.SCOPE_NAME)
             items = op.iteration_items(
                 plan, i, ic["source"][i], ic["pid"][i], ic["iteration"][i], ic["kernel_count"][i]
@@ -549,7 +511,7 @@ class OtlpSink:
         t = t.take(order)
         attrs = [
             (tuple((k, v) for k, v in op.analytics_point_items(m, p) if v is not None),
-             self._pid_attrs(host, p))
+             self._k8s.pid(host, p))
             for m, p in zip(t.column("model").to_pylist(), t.column("pid").to_pylist(), strict=True)
         ]
         for col, name, unit in op.ANALYTICS_GAUGES + op.ANALYTICS_COUNTERS:
@@ -580,6 +542,6 @@ class OtlpSink:
                 cols["source"][r], cols["gpu_index"][r], cols["gpu_uuid"][r], extra[r]
             )
             a = tuple((k, v) for k, v in items if v is not None)
-            holder = self._gpu_attrs(host, cols["gpu_index"][r], cols["gpu_uuid"][r])
+            holder = self._k8s.gpu(host, cols["gpu_index"][r], cols["gpu_uuid"][r])
             with self._lock:
                 s.set(a, holder, float(cols["value"][r]))

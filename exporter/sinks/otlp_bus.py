@@ -7,6 +7,8 @@ analytics results and gauges received since the previous flush into one
 :class:`exporter.sinks.otlp.OtlpSink`) and publishes them on
 ``aaco.v1.otlp.traces.<host>`` and ``aaco.v1.otlp.metrics.<host>``.
 Kernels whose iteration span has not arrived yet wait for the next flush.
+With ``k8s_attribution`` from the host, points and iteration spans carry
+the pod / Slurm attributes of :mod:`exporter.sinks.otlp_k8s`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pyarrow.compute as pc
 
 from exporter import schema
 from exporter.bus import Bus
+from exporter.sinks.otlp_k8s import K8sAttributes, annotate_metrics, annotate_traces
 from exporter.sinks.otlp_proto import (
     SpanPolicy,
     metrics_request,
@@ -43,8 +46,12 @@ class OtlpBusBridge:
         self.published = 0
         self.dropped = 0
         self.max_waiting_rows = 1_000_000
+        self.k8s = K8sAttributes()
 
     def ingest(self, signal: str, host: str, batch: pa.RecordBatch | pa.Table) -> None:
+        if signal == "k8s_attribution":
+            self.k8s.update(batch, host)
+            return
         if signal in ("kernel_span", "iteration_span", "analytics_result", "gauge_sample"):
             t = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
             if signal == "analytics_result":  # rows name their host; the header the worker
@@ -62,6 +69,7 @@ class OtlpBusBridge:
         """One request, or halves by iterations (kernels follow their iteration)
         until each message fits ``bus.cfg.max_payload_bytes``."""
         req = traces_request(kernels, iters, host, self.policy)
+        annotate_traces(req, host, self.k8s)
         msg = schema.encode_otlp("traces", req, host=host,
                                  msg_id=f"otlp-{self._run}-{next(self._seq)}")
         if len(msg.payload) <= bus.cfg.max_payload_bytes:
@@ -108,6 +116,7 @@ class OtlpBusBridge:
             gauges = self._take(host, "gauge_sample")
             if analytics is not None or gauges is not None:
                 mreq = metrics_request(analytics, gauges, host)
+                annotate_metrics(mreq, host, self.k8s)
                 msg = schema.encode_otlp("metrics", mreq, host=host,
                                          msg_id=f"otlp-{self._run}-{next(self._seq)}")
                 await bus.js.publish(msg.subject, msg.payload, headers=msg.headers)
