@@ -17,6 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from exporter.schema import sanitize_token
 from exporter.sinks import otlp_proto as op
 
 Attrs = tuple[tuple[str, str], ...]
@@ -48,12 +49,12 @@ class K8sAttributes:
                 if r["gpu_index"] is not None:
                     gpus[("index", str(r["gpu_index"]))] = items
         with self._lock:
-            self._hosts[host] = (procs, gpus)
+            self._hosts[sanitize_token(host)] = (procs, gpus)
 
     def pid(self, host: str, pid: object) -> Attrs:
         """Attributes of process ``pid`` on ``host``; () when unknown."""
         with self._lock:
-            entry = self._hosts.get(host)
+            entry = self._hosts.get(sanitize_token(host))
         if entry is None or pid is None:
             return ()
         try:
@@ -64,7 +65,7 @@ class K8sAttributes:
     def gpu(self, host: str, index: object, uuid: object) -> Attrs:
         """Attributes of the holder of GPU ``uuid`` (first) or ``index``; ()."""
         with self._lock:
-            entry = self._hosts.get(host)
+            entry = self._hosts.get(sanitize_token(host))
         if entry is None:
             return ()
         for key in (("uuid", str(uuid or "")), ("index", "" if index is None else str(index))):

@@ -35,6 +35,8 @@ from prometheus_client.core import (
     Metric,
 )
 
+from exporter.schema import sanitize_token
+
 _UNIT_SUFFIX = {"W": "watts", "Cel": "celsius", "Hz": "hertz", "By": "bytes", "J": "joules",
                 "1": "ratio", "s": "seconds", "V": "volts", "%": "percent"}
 _BAD = re.compile(r"[^a-zA-Z0-9_]")
@@ -172,7 +174,7 @@ class PromState:
                     gpus[("uuid", str(r["gpu_uuid"]))] = pod
                 if r["gpu_index"] is not None:
                     gpus[("index", str(r["gpu_index"]))] = pod
-        self.k8s[host] = (now, procs, gpus)
+        self.k8s[sanitize_token(host)] = (now, procs, gpus)
 
     def _pid_labels(self) -> list[str]:
         """:data:`WORKLOAD_LABELS` once any host has attribution, else []."""
@@ -182,13 +184,13 @@ class PromState:
         """Values of :meth:`_pid_labels` for ``pid`` of ``host``."""
         if not self.k8s:
             return []
-        entry = self.k8s.get(host)
+        entry = self.k8s.get(sanitize_token(host))  # analytics rows name the raw host
         got = entry[1].get(pid) if entry else None
         return list(got) if got else [""] * len(WORKLOAD_LABELS)
 
     def _gpu_values(self, host: str, labels: dict[str, str]) -> tuple[str, ...]:
         """The holder of the GPU a gauge series names (by uuid, then index)."""
-        entry = self.k8s.get(host)
+        entry = self.k8s.get(sanitize_token(host))
         if entry is not None:
             for key in (("uuid", labels.get("gpu_uuid", "")),
                         ("index", labels.get("gpu_index", ""))):

@@ -102,3 +102,16 @@ def test_each_snapshot_replaces_the_previous() -> None:
     st.ingest("k8s_attribution", "a", schema.conform("k8s_attribution", pa.table({
         "ts_ns": pa.array([], pa.int64()), "kind": pa.array([], pa.string())})))
     assert {s["pod"] for s in _scrape(st)["hw_gpu_power_watts"]} == {""}
+
+
+def test_analytics_rows_naming_a_raw_dotted_host_find_its_attribution() -> None:
+    """Message hosts arrive sanitised (node_a), analytics rows name the raw host
+    (node.a): the row still gets its process's pod."""
+    st = PromState()
+    st.ingest("k8s_attribution", "node_a", _attr())
+    st.ingest("analytics_result", "node_a", schema.conform("analytics_result", pa.table({
+        "ts_ns": [1], "host": ["node.a"], "model": ["m"], "pid": [10], "iterations": [1],
+        "kernel_count": [0], "kernel_spans_total": [0], "iterations_total": [3],
+        "kar": [2.0]})))
+    (kar,) = _scrape(st)["aaco_kernel_amplification_ratio"]
+    assert (kar["host"], kar["pod"]) == ("node.a", "llama-0")
