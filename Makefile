@@ -3,7 +3,7 @@ VENV ?= .venv
 PY   := $(VENV)/bin/python
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup demo run system-deps test lint bench dashboards clean
+.PHONY: setup demo run system-deps test lint bench dashboards metrics-doc clean
 
 setup: $(VENV)/.installed
 
@@ -41,6 +41,10 @@ bench: setup
 	$(PY) benchmarks/bench_capture_overhead.py
 	$(PY) benchmarks/bench_instrument.py
 	$(SUDO) $(PY) benchmarks/bench_sched_overhead.py
+
+## docs/metrics.md's metric table, generated from exporter/catalogue.py (a test fails on drift).
+metrics-doc: setup
+	$(PY) -m exporter.catalogue --write docs/metrics.md
 
 dashboards: setup
 	$(PY) dashboards/generate.py --out dashboards/grafana

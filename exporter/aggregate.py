@@ -29,13 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client import PlatformCollector, ProcessCollector
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import CollectorRegistry
 
 from exporter import schema
 from exporter.bus import CLIENT_ERRORS, BusConfig, connect
 from exporter.fleet import FLEET_SIGNALS
-from exporter.sinks.prometheus import PromState, counters_family
+from exporter.sinks.prometheus import PromState, counters_family, gauge_family
 from exporter.webconfig import load_web_config, serve_metrics
 
 log = logging.getLogger("aaco.aggregate")
@@ -81,13 +81,10 @@ class Aggregator:
             drops["nats_slow_consumer"] = slow
         for reason in ("bad_payload", "schema_mismatch", "missing_header"):
             drops.setdefault(reason, 0)
-        yield counters_family("aaco_exporter_events_dropped",
-                              "Bus messages or batches dropped, by reason", "reason", drops)
-        yield counters_family("aaco_exporter_events_received",
-                              "Bus messages ingested by the aggregator, by signal", "signal",
+        yield counters_family("aaco_exporter_events_dropped", "reason", drops)
+        yield counters_family("aaco_exporter_events_received", "signal",
                               self.received)
-        info = GaugeMetricFamily("aaco_exporter_build_info", "Build information",
-                                 labels=["version", "schema_version"])
+        info = gauge_family("aaco_exporter_build_info", ["version", "schema_version"])
         info.add_metric([VERSION, str(schema.SCHEMA_VERSION)], 1.0)
         yield info
 

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client import PlatformCollector, ProcessCollector
-from prometheus_client.core import GaugeMetricFamily
 
 from collectors.base import Collector, CollectorContext, available, create
 from exporter import schema
@@ -38,7 +37,7 @@ from exporter.fleet import FLEET_SIGNALS, host_subjects
 from exporter.natsserver import DEFAULT_PORT
 from exporter.pipeline import Pipeline
 from exporter.sinks.otlp import OtlpConfig
-from exporter.sinks.prometheus import PromState
+from exporter.sinks.prometheus import PromState, gauge_family
 from exporter.webconfig import load_web_config, serve_metrics
 from stream_analytics.consumer import AnalyticsConsumer
 
@@ -172,8 +171,7 @@ async def run_daemon(opts: DaemonOptions, bus_cfg: BusConfig,
             lambda: (consumer.drops + consumer.engine.drops if consumer else Counter())
             + state.drops,
             lambda: Counter(consumer.received if consumer else {}))
-        info = GaugeMetricFamily("aaco_exporter_build_info", "Build information",
-                                 labels=["version", "schema_version"])
+        info = gauge_family("aaco_exporter_build_info", ["version", "schema_version"])
         info.add_metric([VERSION, str(schema.SCHEMA_VERSION)], 1.0)
         yield info
 
@@ -258,6 +256,12 @@ async def run_daemon(opts: DaemonOptions, bus_cfg: BusConfig,
         server.shutdown()
         if otlp_sink is not None:
             await asyncio.to_thread(otlp_sink.close)
+        if bridge is not None:
+            try:
+                await bridge.flush(bus, final=True)
+            except Exception as e:  # the bus may be gone at shutdown
+                pipe.drops["otlp_export_error"] += 1
+                log.warning("OTLP-on-bus final flush failed: %s", e)
         await pipe.close()
 
 

@@ -19,13 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from prometheus_client import Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import CollectorRegistry
 
 from collectors.base import Collector
+from exporter import catalogue
 from exporter.bus import CLIENT_ERRORS, Bus, BusConfig
 from exporter.natsserver import EmbeddedNats
-from exporter.sinks.prometheus import counters_family
+from exporter.sinks.prometheus import counters_family, gauge_family
 
 log = logging.getLogger("aaco.pipeline")
 
@@ -57,7 +58,7 @@ class Pipeline:
     def __post_init__(self) -> None:
         self.collect_seconds = Histogram(
             "aaco_collector_collect_duration_seconds",
-            "Wall time of one collect() call, by collector",
+            catalogue.get("aaco_collector_collect_duration_seconds").help,
             ["collector"],
             registry=self.registry,
             buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
@@ -114,9 +115,7 @@ class Pipeline:
     def health_metrics(self, extra_drops: Callable[[], Counter[str]] | None = None,
                        received: Callable[[], Counter[str]] | None = None) -> Iterator[Metric]:
         """Exporter self-metrics: collector up, drops and receipts by reason."""
-        up = GaugeMetricFamily("aaco_collector_up", "1 when the collector's last collect() "
-                               "succeeded, 0 when it failed or has no source",
-                               labels=["collector", "source"])
+        up = gauge_family("aaco_collector_up", ["collector", "source"])
         for c in self.collectors:
             ok = self.health[c.name].up and c.source != "none"
             up.add_metric([c.name, c.source], 1.0 if ok else 0.0)
@@ -130,11 +129,9 @@ class Pipeline:
             drops["nats_slow_consumer"] = slow
         for reason in ("bad_payload", "schema_mismatch", "missing_header", "collector_error"):
             drops.setdefault(reason, 0)
-        yield counters_family("aaco_exporter_events_dropped",
-                              "Bus messages or batches dropped, by reason", "reason", drops)
+        yield counters_family("aaco_exporter_events_dropped", "reason", drops)
         if received is not None:
-            yield counters_family("aaco_exporter_events_received",
-                                  "Bus messages processed by analytics, by signal", "signal",
+            yield counters_family("aaco_exporter_events_received", "signal",
                                   received())
 
     def collector_drops(self) -> Counter[str]:

@@ -1,5 +1,6 @@
 -- SII (scheduler interference index) and other aaco counters over time.
--- 'aaco.sii <model>' comes from ANALYTICS_RESULT, 'aaco.sii.sched' from
+-- 'aaco.scheduler_interference <model>' comes from ANALYTICS_RESULT,
+-- 'aaco.scheduler_interference.sched' from
 -- SCHED_SAMPLE; both are parented to the process track.
 -- Tables: counter (ts, track_id, value), counter_track (id, name).
 SELECT
@@ -10,5 +11,5 @@ SELECT
   AVG(c.value) OVER (PARTITION BY ct.id) AS mean_value
 FROM counter c
 JOIN counter_track ct ON ct.id = c.track_id
-WHERE ct.name LIKE 'aaco.sii%'
+WHERE ct.name LIKE 'aaco.scheduler_interference%'
 ORDER BY ct.name, c.ts;

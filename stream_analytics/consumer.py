@@ -68,6 +68,8 @@ log = logging.getLogger("aaco.analytics")
 
 INPUTS = ("kernel_span", "iteration_span", "graph_info", "sched_sample", "gauge_sample")
 KV_BUCKET = "aaco_analytics"
+IDLE_FLUSH_S = 0.05
+"""How long the stream must stay quiet before folded-in messages are flushed (s)."""
 
 
 class AnalyticsConsumer:
@@ -222,8 +224,14 @@ class AnalyticsConsumer:
         """Fetch and fold one batch; returns the number of messages fetched.
 
         Flushes (results, checkpoint, acks) when ``flush_interval_s`` has
-        passed, many messages await their ack, or nothing was fetched.
+        passed, many messages await their ack, or nothing was fetched. While
+        folded-in messages await their flush, the fetch waits at most
+        :data:`IDLE_FLUSH_S`, so a burst's results reach the sinks that soon
+        after the stream goes quiet (event latency), not a whole ``timeout``
+        later; a steady stream still flushes every ``flush_interval_s``.
         """
+        if self._unacked:
+            timeout = min(timeout, IDLE_FLUSH_S)
         try:
             msgs = await self._sub.fetch(self.batch, timeout=timeout)
         except (TimeoutError, NatsTimeout):

@@ -64,4 +64,39 @@ def scrape_metrics(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
             out.setdefault(s.name, []).append((dict(s.labels), float(s.value)))
+    bad = uncatalogued(out)
+    assert not bad, f"/metrics serves series exporter/catalogue.py does not list: {bad}"
     return out
+
+
+def uncatalogued(samples: dict[str, list[tuple[dict[str, str], float]]]) -> list[str]:
+    """``aaco_*``/``hw_gpu_*`` sample names (with a label set) that the metric
+    catalogue does not list, or that carry a label the catalogue does not name
+    for them. GPU gauges may add their attributes as labels; those are free."""
+    from exporter import catalogue
+
+    bad: list[str] = []
+    for name, points in samples.items():
+        if not name.startswith(("aaco_", "hw_gpu_")):
+            continue
+        m = catalogue.BY_PROM.get(name)
+        if m is None:
+            for suffix, kinds in (("_bucket", ("histogram",)), ("_sum", ("histogram",)),
+                                  ("_count", ("histogram",)), ("_created", ("histogram",))):
+                base = catalogue.BY_PROM.get(name.removesuffix(suffix))
+                if name.endswith(suffix) and base is not None and base.kind in kinds:
+                    m = base
+                    break
+            if m is None and name.endswith("_created"):
+                m = catalogue.BY_PROM.get(name.removesuffix("_created") + "_total")
+        if m is None:
+            bad.append(name)
+            continue
+        if m.otel.startswith("hw.gpu."):
+            continue
+        allowed = set(m.labels) | set(m.optional_labels) | {"le"}
+        for labels, _ in points:
+            if set(labels) - allowed:
+                bad.append(f"{name}{sorted(set(labels) - allowed)}")
+                break
+    return bad

@@ -146,8 +146,8 @@ class AttachCollector:
         pid, end = str(w.pid), w.end_ns or time.time_ns()
         rows = [("aaco.attach.window.duration", (end - w.start_ns) / 1e9, "gauge", "s",
                  [("pid", pid)]),
-                ("aaco.attach.window.spans", float(spans), "gauge", "1", [("pid", pid)])]
-        rows += [("aaco.attach.windows", float(self.windows[(w.pid, o)]), "counter", "1",
+                ("aaco.attach.window.spans", float(spans), "gauge", "{span}", [("pid", pid)])]
+        rows += [("aaco.attach.windows", float(self.windows[(w.pid, o)]), "counter", "{window}",
                   [("pid", pid), ("outcome", o)]) for o in ("ok", "failed")]
         return pa.table({
             "ts_ns": [end] * len(rows), "metric": [r[0] for r in rows],

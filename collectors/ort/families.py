@@ -11,6 +11,7 @@ kernels are named after graph nodes, so the family comes from the node's
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -43,15 +44,23 @@ _OPS: dict[str, tuple[str, ...]] = {
 _LOOKUP = {op: fam for fam, ops in _OPS.items() for op in ops}
 
 
-def family_of_op_types(op_types: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """Map an array of ONNX op types to :data:`FAMILIES` (unknown -> other).
+def family_of_op_types(op_types: pa.Array | pa.ChunkedArray) -> pa.DictionaryArray:
+    """Map an array of ONNX op types to :data:`FAMILIES` (unknown or null -> other).
 
-    The mapping is applied to the unique values only, then taken back.
+    Returns ``dictionary<int32, string>`` (the bus's type for the column). The
+    mapping is applied to the distinct op types only, then taken back through
+    the dictionary indices.
+
+    >>> family_of_op_types(pa.array(["Conv", None]).dictionary_encode()).to_pylist()
+    ['conv', 'other']
     """
     arr = op_types.combine_chunks() if isinstance(op_types, pa.ChunkedArray) else op_types
-    if pa.types.is_dictionary(arr.type):
-        arr = arr.cast(pa.string())
-    uniq = pc.unique(arr)
-    fams = pa.array([_LOOKUP.get(u or "", "other") for u in uniq.to_pylist()], pa.string())
-    idx = pc.index_in(arr, value_set=uniq)
-    return pc.take(fams, idx)
+    if not pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_encode()
+    names = sorted(set(_LOOKUP.values()) | {"other"})
+    code = {f: i for i, f in enumerate(names)}
+    per_value = np.array([code[_LOOKUP.get(v or "", "other")]
+                          for v in arr.dictionary.to_pylist()] + [code["other"]], np.int32)
+    idx = pc.fill_null(arr.indices, len(per_value) - 1).to_numpy(zero_copy_only=False)
+    return pa.DictionaryArray.from_arrays(pa.array(per_value[idx], pa.int32()),
+                                          pa.array(names, pa.string()))

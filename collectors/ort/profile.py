@@ -60,6 +60,18 @@ class Profile:
     events_per_run: list[int]
 
 
+def _const(value: str, n: int) -> pa.DictionaryArray:
+    """``n`` times ``value`` as ``dictionary<int32, string>`` (no per-row work)."""
+    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([value]))
+
+
+def _dict(arr: pa.Array | pa.ChunkedArray) -> pa.DictionaryArray:
+    """``arr`` (strings) dictionary-encoded with int32 indices."""
+    a = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+    out: pa.DictionaryArray = a.dictionary_encode()
+    return out
+
+
 def read_events(path: Path) -> pa.Table:
     """All events of an ORT profile as a table with :data:`_EVENT` columns."""
     raw = path.read_bytes().strip()
@@ -115,20 +127,23 @@ def parse_profile(
     ker = ker.filter(pa.array(keep))
     run_idx = run_idx[keep]
     k_ts, k_dur = k_ts[keep], k_dur[keep]
-    names = pc.utf8_slice_codeunits(ker["name"], 0, -len("_kernel_time"))
-    op = (ker["args"].combine_chunks().field("op_name") if ker.num_rows
-          else pa.array([], pa.string()))
+    # String columns leave as dictionary<int32, string>, the bus's own type, so
+    # publishing does not re-encode them (each name repeats once per run).
+    names = _dict(pc.utf8_slice_codeunits(ker["name"], 0, -len("_kernel_time")))
+    op = _dict(ker["args"].combine_chunks().field("op_name") if ker.num_rows
+               else pa.array([], pa.string()))
+    n = ker.num_rows
     start = start_ns + k_ts * 1000
     kernels = pa.table(
         {
             "start_ns": start,
             "end_ns": start + k_dur * 1000,
             "duration_ns": k_dur * 1000,
-            "source": pa.repeat("ort", ker.num_rows),
-            "model": pa.repeat(model, ker.num_rows),
+            "source": _const("ort", n),
+            "model": _const(model, n),
             "pid": ker["pid"],
             "tid": ker["tid"],
-            "device_type": pa.repeat("cpu", ker.num_rows),
+            "device_type": _const("cpu", n),
             "kernel_name": names,
             "kernel_family": family_of_op_types(op),
             "op_type": op,
@@ -144,8 +159,8 @@ def parse_profile(
             "start_ns": r_start,
             "end_ns": r_start + run_dur[sel] * 1000,
             "duration_ns": run_dur[sel] * 1000,
-            "source": pa.repeat("ort", len(sel)),
-            "model": pa.repeat(model, len(sel)),
+            "source": _const("ort", len(sel)),
+            "model": _const(model, len(sel)),
             "pid": pa.repeat(pa.scalar(pid, pa.int64()), len(sel)),
             "iteration": sel - skip_runs + first_iteration,
             "kernel_count": counts[sel].astype(np.int64),

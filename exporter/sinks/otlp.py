@@ -2,33 +2,36 @@
 
 :class:`OtlpSink` takes bus batches (:meth:`OtlpSink.ingest`) and exports
 
-* **traces** (``kernel_span`` + ``iteration_span``): one ``inference`` span
-  per iteration with its kernel spans as children, chosen by
-  :class:`exporter.sinks.otlp_proto.SpanPolicy` (all kernels of 1-in-N
+* **traces** (``kernel_span`` + ``iteration_span``): the span trees the
+  :class:`~exporter.sinks.span_assembler.SpanAssembler` releases (one
+  readiness rule: an iteration waits until its ``kernel_count`` kernels
+  arrived, at most ``hold_s``), built once by
+  :func:`exporter.sinks.otlp_proto.traces_request` -- the same spans, with the
+  same deterministic ids, that OTLP on the bus publishes -- and handed to the
+  SDK's ``BatchSpanProcessor`` and OTLP span exporter as finished spans. One
+  ``inference`` span per iteration with its kernel spans as children, chosen
+  by :class:`exporter.sinks.otlp_proto.SpanPolicy` (all kernels of 1-in-N
   iterations, the top-K longest of the others; kernels without iteration
   under a synthetic ``kernels`` parent, capped). Start/end times are the
-  rows' own ``start_ns``/``end_ns``. One ``TracerProvider`` per
-  ``(host, model, agent_id)`` resource (at most ``max_resources``; later keys
-  share the last resource of their host without model/GPU attributes).
+  rows' own ``start_ns``/``end_ns``. One resource per ``(host, model,
+  agent_id)`` (at most ``max_resources``; later keys share their host's
+  resource without model/GPU attributes).
 * **metrics** (``analytics_result`` + ``gauge_sample``): observable gauges /
   counters reporting the latest value per series, one ``MeterProvider`` per
-  host, exported every ``export_interval_s``.
+  host, exported every ``export_interval_s``; names from
+  :mod:`exporter.catalogue`.
 * **Kubernetes / Slurm** (``k8s_attribution``, the ``k8s`` collector's
-  snapshot): an iteration span's resource gains ``k8s.pod.name``,
-  ``k8s.namespace.name``, ``k8s.container.name`` and ``slurm.job.id`` of
-  its process; analytics points (keyed by pid) and ``hw.gpu.*`` points (the
-  GPU's holder) carry the same attributes (a host's metrics share one
-  resource). ``k8s.node.name`` is a resource attribute the daemon adds to
-  ``resource_attributes`` when the ``k8s`` collector runs.
+  snapshot; :mod:`exporter.sinks.otlp_k8s`): a span carrying
+  ``process.pid`` (iteration, kernel and synthetic spans) gets a resource with
+  ``k8s.pod.name``, ``k8s.namespace.name``, ``k8s.container.name`` and
+  ``slurm.job.id`` of its process; analytics points (keyed by pid) and
+  ``hw.gpu.*`` points (the GPU's holder) carry the same attributes (a host's
+  metrics share one resource). ``k8s.node.name`` is a resource attribute the
+  daemon adds to ``resource_attributes`` when the ``k8s`` collector runs.
 
 Attribute names, span names and the span policy are those of
 :mod:`exporter.sinks.otlp_proto` (the bus encoding), documented in
 ``docs/otlp-and-perfetto.md``.
-
-Kernels and their iteration may arrive in different batches: a kernel whose
-iteration is not buffered yet, and an iteration with fewer buffered kernels
-than its ``kernel_count``, wait for one more :meth:`OtlpSink.flush`; after
-that (or on :meth:`OtlpSink.close`) they are exported as they are.
 
 Errors: :class:`ValueError` for a bad :class:`OtlpConfig`; export failures are
 handled (retried, then logged and dropped) by the OTel exporters and never
@@ -38,29 +41,30 @@ raise from :meth:`OtlpSink.ingest`.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 from opentelemetry import trace as trace_api
-from opentelemetry.context import Context
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
-from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
+from exporter import catalogue
 from exporter.sinks import otlp_proto as op
-from exporter.sinks.otlp_k8s import K8sAttributes
+from exporter.sinks.otlp_k8s import K8sAttributes, attr_value
+from exporter.sinks.span_assembler import DEFAULT_HOLD_S, SpanAssembler
 
 Protocol = Literal["grpc", "http/protobuf"]
+_SAMPLED = trace_api.TraceFlags(trace_api.TraceFlags.SAMPLED)
 Attrs = tuple[tuple[str, op.AttrValue], ...]
 
 
@@ -78,6 +82,8 @@ class OtlpConfig:
     ``none``. ``timeout_s`` per export. ``sample_every``/``top_k``/
     ``orphan_cap``: the span policy. ``batch_rows``: buffered kernel rows
     that trigger a trace export without waiting for :meth:`OtlpSink.flush`.
+    ``hold_s``: how long an iteration missing kernels (or a kernel missing its
+    iteration) waits (:mod:`exporter.sinks.span_assembler`).
     """
 
     endpoint: str | None = None
@@ -97,6 +103,7 @@ class OtlpConfig:
     export_interval_s: float = 10.0
     max_resources: int = 32
     max_queue_size: int = 65_536
+    hold_s: float = DEFAULT_HOLD_S  # an incomplete iteration waits this long for its kernels
     resource_attributes: Mapping[str, str] = field(default_factory=dict)  # extra resource attrs
     endpoint_is_signal_url: bool = False  # HTTP: endpoint is the full per-signal URL
     per_signal: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -201,26 +208,6 @@ def metric_exporter(cfg: OtlpConfig) -> MetricExporter:
     return HttpMetricExporter(**_http_kwargs(cfg, "/v1/metrics"))
 
 
-@dataclass
-class _Pending:
-    kernels: list[pa.Table] = field(default_factory=list)
-    kernel_carried: list[npt.NDArray[np.bool_]] = field(default_factory=list)
-    iterations: list[pa.Table] = field(default_factory=list)
-    iteration_carried: list[npt.NDArray[np.bool_]] = field(default_factory=list)
-
-    def kernel_rows(self) -> int:
-        return sum(t.num_rows for t in self.kernels)
-
-
-def _concat(
-    tables: list[pa.Table], flags: list[npt.NDArray[np.bool_]], schema: pa.Schema
-) -> tuple[pa.Table, npt.NDArray[np.bool_]]:
-    if not tables:
-        return schema.empty_table(), np.zeros(0, dtype=bool)
-    t = pa.concat_tables(tables).unify_dictionaries().combine_chunks()
-    return t, np.concatenate(flags)
-
-
 class _Series:
     """Latest value per attribute set of one observable instrument (thread-safe)."""
 
@@ -229,10 +216,10 @@ class _Series:
         self.values: dict[Attrs, float] = {}
         self.full: dict[Attrs, Attrs] = {}  # base attributes -> with k8s attributes
 
-    def set(self, base: Attrs, extra: Attrs, value: float) -> None:
+    def set(self, base: Attrs, extra: tuple[tuple[str, str], ...], value: float) -> None:
         """Latest ``value`` of series ``base``; its k8s ``extra`` attributes
-        replace earlier ones (a pod's GPU or process has one holder at a
-        time). Call with :attr:`lock` held."""
+        replace earlier ones (a process or GPU has one holder at a time).
+        Call with :attr:`lock` held."""
         full = base + extra
         prev = self.full.get(base)
         if prev is not None and prev != full:
@@ -246,28 +233,18 @@ class _Series:
         return [Observation(v, dict(a)) for a, v in items]
 
 
-def _caller_context(trace_id: object, span_id: object) -> Context | None:
-    """A context whose (remote) span is the recorded caller span, so the
-    iteration span becomes its child; None (the current context) without one."""
-    caller = op.remote_parent(trace_id, span_id)
-    if caller is None:
-        return None
-    sc = trace_api.SpanContext(int.from_bytes(caller[0], "big"), int.from_bytes(caller[1], "big"),
-                               is_remote=True, trace_flags=trace_api.TraceFlags(1))
-    return trace_api.set_span_in_context(trace_api.NonRecordingSpan(sc))
-
-
 class OtlpSink:
     """Export bus signals to an OTLP backend (see the module docstring)."""
 
     def __init__(self, config: OtlpConfig) -> None:
         self.config = config
         self._lock = threading.Lock()  # metric values (read by the reader threads)
-        # pending spans, providers and counters: ingest runs on the event loop,
-        # flush/close on a worker thread (asyncio.to_thread)
+        # processor, resources, providers and counters: ingest runs on the event
+        # loop, flush/close on a worker thread (asyncio.to_thread)
         self._state = threading.Lock()
-        self._pending: dict[str, _Pending] = {}
-        self._tracers: dict[tuple[str, str | None, int | None, Attrs], TracerProvider] = {}
+        self._assembler = SpanAssembler(hold_s=config.hold_s, max_rows=config.max_queue_size)
+        self._processor: BatchSpanProcessor | None = None
+        self._resources: dict[tuple[tuple[str, op.AttrValue], ...], Resource] = {}
         self._k8s = K8sAttributes()  # the k8s collector's snapshots, as OTel attributes
         self._meters: dict[str, MeterProvider] = {}
         self._series: dict[tuple[str, str, str, str], _Series] = {}
@@ -283,19 +260,10 @@ class OtlpSink:
         values; other signals are ignored.
         """
         t = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
-        if signal == "kernel_span":
-            with self._state:
-                p = self._pending.setdefault(host, _Pending())
-                p.kernels.append(t)
-                p.kernel_carried.append(np.zeros(t.num_rows, dtype=bool))
-                full = p.kernel_rows() >= self.config.batch_rows
-            if full:
-                self._emit_traces(host, final=False)
-        elif signal == "iteration_span":
-            with self._state:
-                p = self._pending.setdefault(host, _Pending())
-                p.iterations.append(t)
-                p.iteration_carried.append(np.zeros(t.num_rows, dtype=bool))
+        if signal in ("kernel_span", "iteration_span"):
+            waiting = self._assembler.add(host, signal, t, time.monotonic())
+            if signal == "kernel_span" and waiting >= self.config.batch_rows:
+                self._emit_traces(final=False)
         elif signal == "analytics_result":  # rows name their host; the header the worker
             for h, sub in op.split_by_row_host(t, host):
                 self._update_analytics(sub, h)
@@ -305,168 +273,95 @@ class OtlpSink:
             self._k8s.update(t, host)
 
     def flush(self) -> None:
-        """Export buffered traces (holding incomplete ones once) and force-flush
-        both pipelines; blocks up to about ``timeout_s`` per provider.
+        """Export the span trees that are ready
+        (:class:`~exporter.sinks.span_assembler.SpanAssembler`'s rule) and
+        force-flush both pipelines; blocks up to about ``timeout_s``.
 
-        Thread-safe against :meth:`ingest`: every access to the pending spans,
-        the providers and the counters holds one lock, and each span row is
-        exported exactly once."""
-        with self._state:
-            hosts = list(self._pending)
-        for host in hosts:
-            self._emit_traces(host, final=False)
+        Thread-safe against :meth:`ingest`: each span row is exported exactly once."""
+        self._emit_traces(final=False)
         self._force_flush()
 
     def close(self) -> None:
         """Export everything still buffered, flush and shut the providers down."""
-        with self._state:
-            hosts = list(self._pending)
-        for host in hosts:
-            self._emit_traces(host, final=True)
+        self._emit_traces(final=True)
         self._force_flush()
         with self._state:
-            tracers, meters = list(self._tracers.values()), list(self._meters.values())
-            self._tracers.clear()
+            processor, self._processor = self._processor, None
+            meters = list(self._meters.values())
             self._meters.clear()
-        for tp in tracers:
-            tp.shutdown()
+        if processor is not None:
+            processor.shutdown()  # type: ignore[no-untyped-call]
         for mp in meters:
             mp.shutdown()
 
     def _force_flush(self) -> None:
         ms = int(self.config.timeout_s * 1000)
         with self._state:
-            tracers, meters = list(self._tracers.values()), list(self._meters.values())
-        for tp in tracers:
-            tp.force_flush(ms)
+            processor, meters = self._processor, list(self._meters.values())
+        if processor is not None:
+            processor.force_flush(ms)
         for mp in meters:
             mp.force_flush(ms)
 
     # ---- traces ---------------------------------------------------------
-    def _tracer_provider(self, host: str, model: str | None, agent: int | None,
-                         extra: Attrs = ()) -> TracerProvider:
+    def _span_processor(self) -> BatchSpanProcessor:
         with self._state:
-            return self._tracer_provider_locked(host, model, agent, extra)
-
-    def _tracer_provider_locked(self, host: str, model: str | None,
-                                agent: int | None, extra: Attrs = ()) -> TracerProvider:
-        key = (host, model, agent, extra)
-        if key not in self._tracers and len(self._tracers) >= self.config.max_resources:
-            key = (host, None, None, ())
-            model = agent = None
-            extra = ()
-        if key not in self._tracers:
-            items = op.resource_items(host, model, agent, self.config.service_name)
-            resource = Resource.create({**self.config.resource_attributes,
-                                        **{k: v for k, v in items if v is not None},
-                                        **dict(extra)})
-            tp = TracerProvider(sampler=ALWAYS_ON, resource=resource, shutdown_on_exit=False)
-            tp.add_span_processor(
-                BatchSpanProcessor(
+            if self._processor is None:
+                self._processor = BatchSpanProcessor(
                     span_exporter(self.config),
                     max_queue_size=self.config.max_queue_size,
                     max_export_batch_size=512,
                     export_timeout_millis=self.config.timeout_s * 1000,
                 )
-            )
-            self._tracers[key] = tp
-        return self._tracers[key]
+            return self._processor
 
-    def _emit_traces(self, host: str, final: bool) -> None:
-        from exporter.schema import ITERATION_SPAN, KERNEL_SPAN
+    def _resource(self, host: str, items: tuple[tuple[str, op.AttrValue], ...]) -> Resource:
+        """The SDK resource of a ``ResourceSpans`` (at most ``max_resources``;
+        later ones share their host's resource without model/GPU attributes)."""
+        with self._state:
+            if items not in self._resources and len(self._resources) >= self.config.max_resources:
+                items = tuple((k, v) for k, v in op.resource_items(
+                    host, None, None, self.config.service_name) if v is not None)
+            res = self._resources.get(items)
+            if res is None:
+                res = Resource.create({**self.config.resource_attributes, **dict(items)})
+                self._resources[items] = res
+            return res
 
-        with self._state:  # take the host's buffer; ingest starts a new one
-            p = self._pending.pop(host, None)
-        if p is None:
-            return
-        ks, k_carried = _concat(p.kernels, p.kernel_carried, KERNEL_SPAN)
-        its, i_carried = _concat(p.iterations, p.iteration_carried, ITERATION_SPAN)
-        parent = op.match_iterations(ks, its)
-        matched = parent >= 0
-        have = np.bincount(parent[matched], minlength=its.num_rows)[: its.num_rows]
-        want = np.asarray(its.column("kernel_count").to_numpy(), dtype=np.int64)
-        it_ready = final | i_carried | (have >= want)
-        no_iter = np.asarray(ks.column("iteration").is_null().to_numpy(zero_copy_only=False))
-        k_ready = final | k_carried | no_iter
-        k_ready[matched] = it_ready[parent[matched]]
-        if not (final or k_ready.all()) or not (final or it_ready.all()):
-            keep = _Pending()
-            if (~k_ready).any():
-                keep.kernels.append(ks.filter(pa.array(~k_ready)))
-                keep.kernel_carried.append(np.ones(int((~k_ready).sum()), dtype=bool))
-            if (~it_ready).any():
-                keep.iterations.append(its.filter(pa.array(~it_ready)))
-                keep.iteration_carried.append(np.ones(int((~it_ready).sum()), dtype=bool))
-            with self._state:  # held rows first, then what arrived meanwhile
-                cur = self._pending.get(host)
-                if cur is not None:
-                    keep.kernels += cur.kernels
-                    keep.kernel_carried += cur.kernel_carried
-                    keep.iterations += cur.iterations
-                    keep.iteration_carried += cur.iteration_carried
-                self._pending[host] = keep
-        self._export_spans(host, ks.filter(pa.array(k_ready)), its.filter(pa.array(it_ready)))
+    def _emit_traces(self, final: bool) -> None:
+        for host, ks, its in self._assembler.take(time.monotonic(), final):
+            self._export_spans(host, ks, its)
 
     def _export_spans(self, host: str, ks: pa.Table, its: pa.Table) -> None:
-        if ks.num_rows == 0 and its.num_rows == 0:
-            return
+        """The released tree as the bus encoding builds it (same span ids),
+        handed to the SDK's batch processor as finished spans."""
         plan = op.plan_spans(ks, its, self.config.policy)
+        req = op.traces_request(ks, its, host, self.config.policy, self.config.service_name,
+                                plan=plan)
+        processor = self._span_processor()
+        n = 0
+        for rs in req.resource_spans:
+            base = tuple((kv.key, op.from_any_value(kv.value)) for kv in rs.resource.attributes)
+            for ss in rs.scope_spans:
+                scope = InstrumentationScope(ss.scope.name)
+                for sp in ss.spans:
+                    pod = self._k8s.pid(host, attr_value(sp.attributes, op.A_PID))
+                    res = self._resource(host, base + pod)
+                    tid = int.from_bytes(sp.trace_id, "big")
+                    ctx = trace_api.SpanContext(tid, int.from_bytes(sp.span_id, "big"),
+                                                is_remote=False, trace_flags=_SAMPLED)
+                    parent = (trace_api.SpanContext(tid, int.from_bytes(sp.parent_span_id, "big"),
+                                                    is_remote=True, trace_flags=_SAMPLED)
+                              if sp.parent_span_id else None)
+                    processor.on_end(ReadableSpan(
+                        sp.name, context=ctx, parent=parent, resource=res,
+                        attributes={kv.key: op.from_any_value(kv.value) for kv in sp.attributes},
+                        kind=trace_api.SpanKind.INTERNAL, instrumentation_scope=scope,
+                        start_time=sp.start_time_unix_nano, end_time=sp.end_time_unix_nano))
+                    n += 1
         with self._state:
             self.kernels_dropped += plan.kernels_dropped
-        parents: list[tuple[Any, Any]] = []  # (tracer, span) by plan parent index
-        ic = {
-            c: its.column(c).to_pylist()
-            for c in ("start_ns", "end_ns", "source", "model", "pid", "iteration", "kernel_count")
-        }
-        extra = op.iteration_columns(its, [c for c, _ in op.ITERATION_ATTR_COLUMNS])
-        callers = op.iteration_columns(its, ("trace_id", "parent_span_id"))
-        ends: list[int] = []
-        for i in range(plan.n_iterations):
-            model = ic["model"][i]
-            tracer = self._tracer_provider(host, model, None, self._k8s.pid(
-                host, ic["pid"][i])).get_tracer(op.SCOPE_NAME)
-            items = op.iteration_items(
-                plan, i, ic["source"][i], ic["pid"][i], ic["iteration"][i], ic["kernel_count"][i]
-            ) + [(attr, extra[c][i]) for c, attr in op.ITERATION_ATTR_COLUMNS]
-            span = tracer.start_span(
-                op.ITERATION_SPAN_NAME,
-                context=_caller_context(callers["trace_id"][i], callers["parent_span_id"][i]),
-                kind=trace_api.SpanKind.INTERNAL,
-                start_time=ic["start_ns"][i],
-                attributes={k: v for k, v in items if v is not None},
-            )
-            parents.append((tracer, span))
-            ends.append(ic["end_ns"][i])
-        for g in plan.groups:
-            tracer = self._tracer_provider(host, g.model, g.agent_id).get_tracer(op.SCOPE_NAME)
-            span = tracer.start_span(
-                op.SYNTHETIC_SPAN_NAME,
-                kind=trace_api.SpanKind.INTERNAL,
-                start_time=g.start_ns,
-                attributes={k: v for k, v in op.group_items(g) if v is not None},
-            )
-            parents.append((tracer, span))
-            ends.append(g.end_ns)
-        if len(plan.kernel_rows):
-            sel = ks.take(pa.array(plan.kernel_rows))
-            cols = op.kernel_columns(sel)
-            starts = sel.column("start_ns").to_pylist()
-            kends = sel.column("end_ns").to_pylist()
-            names = sel.column("kernel_name").to_pylist()
-            for j, pidx in enumerate(plan.kernel_parent.tolist()):
-                tracer, pspan = parents[pidx]
-                child = tracer.start_span(
-                    op.kernel_span_name(names[j]),
-                    context=trace_api.set_span_in_context(pspan),
-                    kind=trace_api.SpanKind.INTERNAL,
-                    start_time=starts[j],
-                    attributes={a: vals[j] for a, vals in cols if vals[j] is not None},
-                )
-                child.end(end_time=kends[j])
-        for (_, span), end in zip(parents, ends, strict=True):
-            span.end(end_time=end)
-        with self._state:
-            self.spans_exported += len(parents) + len(plan.kernel_rows)
+            self.spans_exported += n
 
     # ---- metrics --------------------------------------------------------
     def _series_for(self, host: str, name: str, kind: str, unit: str) -> _Series | None:
@@ -514,15 +409,14 @@ class OtlpSink:
              self._k8s.pid(host, p))
             for m, p in zip(t.column("model").to_pylist(), t.column("pid").to_pylist(), strict=True)
         ]
-        for col, name, unit in op.ANALYTICS_GAUGES + op.ANALYTICS_COUNTERS:
-            kind = "gauge" if (col, name, unit) in op.ANALYTICS_GAUGES else "counter"
-            s = self._series_for(host, name, kind, unit)
+        for metric, column in catalogue.ANALYTICS_POINTS:
+            s = self._series_for(host, metric.otel, metric.kind, metric.unit)
             if s is None:
                 continue
             with self._lock:
-                for (a, extra), v in zip(attrs, t.column(col).to_pylist(), strict=True):
+                for (a, pod), v in zip(attrs, t.column(column.name).to_pylist(), strict=True):
                     if v is not None:
-                        s.set(a, extra, float(v))
+                        s.set(a + column.attrs, pod, float(v))
 
     def _update_gauges(self, t: pa.Table, host: str) -> None:
         if t.num_rows == 0:

@@ -6,7 +6,10 @@ analytics results and gauges received since the previous flush into one
 (:mod:`exporter.sinks.otlp_proto`, same span policy and attributes as
 :class:`exporter.sinks.otlp.OtlpSink`) and publishes them on
 ``aaco.v1.otlp.traces.<host>`` and ``aaco.v1.otlp.metrics.<host>``.
-Kernels whose iteration span has not arrived yet wait for the next flush.
+Span trees are released by the same
+:class:`~exporter.sinks.span_assembler.SpanAssembler` rule as the SDK
+exporter's (an iteration waits for its ``kernel_count`` kernels, at most
+``hold_s``), with the same deterministic span ids.
 With ``k8s_attribution`` from the host, points and iteration spans carry
 the pod / Slurm attributes of :mod:`exporter.sinks.otlp_k8s`.
 """
@@ -14,6 +17,7 @@ the pod / Slurm attributes of :mod:`exporter.sinks.otlp_k8s`.
 from __future__ import annotations
 
 import itertools
+import time
 import uuid
 from collections import defaultdict
 
@@ -29,6 +33,7 @@ from exporter.sinks.otlp_proto import (
     split_by_row_host,
     traces_request,
 )
+from exporter.sinks.span_assembler import DEFAULT_HOLD_S, SpanAssembler
 
 
 def _empty(signal: str) -> pa.Table:
@@ -38,26 +43,28 @@ def _empty(signal: str) -> pa.Table:
 class OtlpBusBridge:
     """Buffers decoded batches per host; :meth:`flush` publishes OTLP requests."""
 
-    def __init__(self, policy: SpanPolicy | None = None) -> None:
+    def __init__(self, policy: SpanPolicy | None = None, hold_s: float = DEFAULT_HOLD_S,
+                 max_waiting_rows: int = 1_000_000) -> None:
         self.policy = policy or SpanPolicy()
+        self.spans = SpanAssembler(hold_s=hold_s, max_rows=max_waiting_rows)
         self._buf: dict[str, dict[str, list[pa.Table]]] = defaultdict(lambda: defaultdict(list))
         self._seq = itertools.count()
         self._run = uuid.uuid4().hex[:8]
         self.published = 0
         self.dropped = 0
-        self.max_waiting_rows = 1_000_000
         self.k8s = K8sAttributes()
 
     def ingest(self, signal: str, host: str, batch: pa.RecordBatch | pa.Table) -> None:
         if signal == "k8s_attribution":
             self.k8s.update(batch, host)
             return
-        if signal in ("kernel_span", "iteration_span", "analytics_result", "gauge_sample"):
-            t = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
-            if signal == "analytics_result":  # rows name their host; the header the worker
-                for h, sub in split_by_row_host(t, host):
-                    self._buf[h][signal].append(sub)
-                return
+        t = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
+        if signal in ("kernel_span", "iteration_span"):
+            self.spans.add(host, signal, t, time.monotonic())
+        elif signal == "analytics_result":  # rows name their host; the header the worker
+            for h, sub in split_by_row_host(t, host):
+                self._buf[h][signal].append(sub)
+        elif signal == "gauge_sample":
             self._buf[host][signal].append(t)
 
     def _take(self, host: str, signal: str) -> pa.Table | None:
@@ -93,25 +100,13 @@ class OtlpBusBridge:
         self.dropped += kernels.num_rows + iters.num_rows  # one span tree over the limit
         return 0
 
-    async def flush(self, bus: Bus) -> int:
-        """Publish one traces and one metrics request per host; returns messages."""
+    async def flush(self, bus: Bus, final: bool = False) -> int:
+        """Publish the ready span trees and one metrics request per host;
+        ``final`` releases every buffered span. Returns messages published."""
         n = 0
+        for host, kernels, iters in self.spans.take(time.monotonic(), final):
+            n += await self._publish_traces(bus, host, kernels, iters)
         for host in list(self._buf):
-            kernels = self._take(host, "kernel_span")
-            iters = self._take(host, "iteration_span")
-            if kernels is not None and iters is None:
-                # Kernels of a run wait for its iteration span; raw GPU kernels go now.
-                has_it = pc.is_valid(kernels.column("iteration"))
-                waiting = kernels.filter(has_it)
-                if 0 < waiting.num_rows <= self.max_waiting_rows:
-                    self._buf[host]["kernel_span"].append(waiting)
-                else:
-                    self.dropped += waiting.num_rows
-                kernels = kernels.filter(pc.invert(has_it))
-            if (kernels is not None and kernels.num_rows) or iters is not None:
-                n += await self._publish_traces(
-                    bus, host, kernels if kernels is not None else _empty("kernel_span"),
-                    iters if iters is not None else _empty("iteration_span"))
             analytics = self._take(host, "analytics_result")
             gauges = self._take(host, "gauge_sample")
             if analytics is not None or gauges is not None:

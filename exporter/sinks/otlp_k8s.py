@@ -78,7 +78,8 @@ class K8sAttributes:
             return bool(self._hosts)
 
 
-def _value(kvs: Any, key: str) -> object:
+def attr_value(kvs: Any, key: str) -> object:
+    """The Python value of attribute ``key`` in a repeated ``KeyValue``; None."""
     for kv in kvs:
         if kv.key == key:
             v = kv.value
@@ -105,24 +106,24 @@ def annotate_metrics(req: Any, host: str, attrs: K8sAttributes) -> None:
                 kind = m.WhichOneof("data")
                 points = m.gauge.data_points if kind == "gauge" else m.sum.data_points
                 for p in points:
-                    pid = _value(p.attributes, op.A_PID)
+                    pid = attr_value(p.attributes, op.A_PID)
                     items = (attrs.pid(host, pid) if pid is not None else attrs.gpu(
-                        host, _value(p.attributes, op.A_GPU_INDEX),
-                        _value(p.attributes, op.A_GPU_UUID)))
+                        host, attr_value(p.attributes, op.A_GPU_INDEX),
+                        attr_value(p.attributes, op.A_GPU_UUID)))
                     if items:
                         _extend(p.attributes, items)
 
 
 def annotate_traces(req: Any, host: str, attrs: K8sAttributes) -> None:
     """Add pod/Slurm attributes in place to the spans of an
-    ``ExportTraceServiceRequest`` that carry ``process.pid`` (the iteration
-    spans). On the bus copy they are span attributes: its resources group
-    spans by model and GPU, not by pod."""
+    ``ExportTraceServiceRequest`` that carry ``process.pid`` (iteration,
+    kernel and synthetic spans). On the bus copy they are span attributes: its
+    resources group spans by model and GPU, not by pod."""
     if not attrs:
         return
     for rs in req.resource_spans:
         for ss in rs.scope_spans:
             for s in ss.spans:
-                pid = _value(s.attributes, op.A_PID)
+                pid = attr_value(s.attributes, op.A_PID)
                 if pid is not None:
                     _extend(s.attributes, attrs.pid(host, pid))

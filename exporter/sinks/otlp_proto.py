@@ -59,6 +59,8 @@ from opentelemetry.proto.metrics.v1 import metrics_pb2
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1 import trace_pb2
 
+from exporter import catalogue
+
 SCOPE_NAME = "aaco-exporter"
 DEFAULT_SERVICE_NAME = "aaco-exporter"
 
@@ -116,23 +118,6 @@ KERNEL_ATTR_COLUMNS: tuple[tuple[str, str], ...] = (
     ("launch_delay_ns", A_LAUNCH_DELAY),
 )
 """``KERNEL_SPAN`` column -> kernel span attribute (null values are omitted)."""
-
-ANALYTICS_GAUGES: tuple[tuple[str, str, str], ...] = (
-    ("kar", "aaco.kar", "1"),
-    ("launch_tax", "aaco.launch_tax", "1"),
-    ("sii", "aaco.sii", "1"),
-    ("gpu_active_ratio", "aaco.gpu.active_ratio", "1"),
-    ("latency_mean_s", "aaco.inference.latency.mean", "s"),
-    ("latency_p50_s", "aaco.inference.latency.p50", "s"),
-    ("latency_p99_s", "aaco.inference.latency.p99", "s"),
-)
-"""``ANALYTICS_RESULT`` column -> (OTel gauge name, UCUM unit)."""
-
-ANALYTICS_COUNTERS: tuple[tuple[str, str, str], ...] = (
-    ("kernel_spans_total", "aaco.kernel_spans", "{span}"),
-    ("iterations_total", "aaco.iterations", "{iteration}"),
-)
-"""Cumulative ``ANALYTICS_RESULT`` column -> (OTel monotonic sum name, unit)."""
 
 AttrValue = str | int | float | bool
 
@@ -346,6 +331,19 @@ def any_value(v: AttrValue) -> AnyValue:
     return AnyValue(string_value=str(v))
 
 
+def from_any_value(v: AnyValue) -> AttrValue:
+    """The Python value of an ``AnyValue`` built by :func:`any_value`.
+
+    >>> from_any_value(any_value(3)), from_any_value(any_value("x"))
+    (3, 'x')
+    """
+    kind = v.WhichOneof("value")
+    if kind is None:
+        return ""
+    out: AttrValue = getattr(v, kind)
+    return out
+
+
 def key_values(items: Iterable[tuple[str, AttrValue | None]]) -> list[KeyValue]:
     """``KeyValue`` list of the items whose value is not None."""
     return [KeyValue(key=k, value=any_value(v)) for k, v in items if v is not None]
@@ -438,15 +436,20 @@ def traces_request(
     host: str,
     policy: SpanPolicy,
     service_name: str = DEFAULT_SERVICE_NAME,
+    plan: SpanPlan | None = None,
 ) -> ExportTraceServiceRequest:
     """Build an ``ExportTraceServiceRequest`` from kernel and iteration tables.
 
     ``kernels``: ``KERNEL_SPAN`` table; ``iterations``: ``ITERATION_SPAN``
-    table (either may have zero rows). One ``ResourceSpans`` per model
-    (iterations) and per ``(model, agent_id)`` (synthetic groups); all times
-    are the rows' own ``start_ns``/``end_ns`` (ns since the Unix epoch).
+    table (either may have zero rows); ``plan``: :func:`plan_spans` of them
+    under ``policy`` when the caller has it already. One ``ResourceSpans``
+    per model (iterations) and per ``(model, agent_id)`` (synthetic groups);
+    all times are the rows' own ``start_ns``/``end_ns`` (ns since the Unix
+    epoch). Span ids are deterministic: a function of the host and the rows'
+    own fields, never of batching, so every output names a span alike.
     """
-    plan = plan_spans(kernels, iterations, policy)
+    if plan is None:
+        plan = plan_spans(kernels, iterations, policy)
     req = ExportTraceServiceRequest()
     scopes: dict[tuple[object, object], trace_pb2.ScopeSpans] = {}
 
@@ -525,12 +528,15 @@ def traces_request(
         starts = sel.column("start_ns").to_pylist()
         ends = sel.column("end_ns").to_pylist()
         names = sel.column("kernel_name").to_pylist()
+        corr = sel.column("correlation_id").to_pylist()
+        disp = sel.column("dispatch_id").to_pylist()
         for j, p in enumerate(plan.kernel_parent.tolist()):
             tid, psid, ss = parent_ids[p]
             ss.spans.append(
                 trace_pb2.Span(
                     trace_id=tid,
-                    span_id=span_id_for(tid, "kernel", int(plan.kernel_rows[j]), starts[j]),
+                    span_id=span_id_for(tid, "kernel", starts[j], ends[j], names[j],
+                                        corr[j], disp[j]),
                     parent_span_id=psid,
                     name=kernel_span_name(names[j]),
                     kind=trace_pb2.Span.SPAN_KIND_INTERNAL,
@@ -582,10 +588,11 @@ def metrics_request(
 ) -> ExportMetricsServiceRequest:
     """Build an ``ExportMetricsServiceRequest`` from analytics and gauge tables.
 
-    ``analytics`` (``ANALYTICS_RESULT``): one gauge per
-    :data:`ANALYTICS_GAUGES` entry and one cumulative monotonic sum per
-    :data:`ANALYTICS_COUNTERS` entry, a data point per non-null row value
-    (attributes ``aaco.model``, ``process.pid``; time ``ts_ns``).
+    ``analytics`` (``ANALYTICS_RESULT``): one metric per catalogue entry with
+    columns (:data:`exporter.catalogue.ANALYTICS_POINTS`), a gauge or a
+    cumulative monotonic sum as its kind says, a data point per non-null row
+    value (attributes ``aaco.model``, ``process.pid`` plus the column's own,
+    such as ``stat``; time ``ts_ns``).
     ``gauges`` (``GAUGE_SAMPLE``): one metric per ``(metric, kind, unit)``,
     a gauge for ``kind="gauge"`` and a cumulative monotonic sum for
     ``kind="counter"``; attributes ``aaco.source``, ``aaco.gpu.index``,
@@ -610,17 +617,20 @@ def metrics_request(
                 strict=True,
             )
         ]
-        for col, name, unit in ANALYTICS_GAUGES + ANALYTICS_COUNTERS:
-            vals = analytics.column(col).to_pylist()
-            points = [
-                _number_point(t, v, a)
-                for t, v, a in zip(ts, vals, attrs, strict=True)
-                if v is not None
-            ]
+        for metric in catalogue.CATALOGUE:
+            points = []
+            for column in metric.columns:
+                extra = key_values(column.attrs)
+                for t, v, a in zip(ts, analytics.column(column.name).to_pylist(), attrs,
+                                   strict=True):
+                    if v is not None:
+                        p = _number_point(t, v, a)
+                        p.attributes.extend(extra)
+                        points.append(p)
             if not points:
                 continue
-            m = sm.metrics.add(name=name, unit=unit)
-            if (col, name, unit) in ANALYTICS_GAUGES:
+            m = sm.metrics.add(name=metric.otel, unit=metric.unit, description=metric.help)
+            if metric.kind == "gauge":
                 m.gauge.data_points.extend(points)
             else:
                 m.sum.is_monotonic = True

@@ -53,6 +53,7 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import (
     TrackEvent,
 )
 
+from exporter import catalogue
 from exporter.sinks.otlp_proto import match_iterations
 
 SEQ_ID = 1
@@ -61,13 +62,10 @@ SERIES_ATTRS = ("sensor", "clock", "hw.gpu.task", "reason", "type", "bitmap")
 """GAUGE_SAMPLE attributes that split one metric into series (``collectors/gpu``);
 the first present names a counter track's series."""
 
-ANALYTICS_COUNTERS: tuple[tuple[str, str], ...] = (
-    ("sii", "aaco.sii"),
-    ("kar", "aaco.kar"),
-    ("launch_tax", "aaco.launch_tax"),
-    ("gpu_active_ratio", "aaco.gpu.active_ratio"),
-)
-"""``ANALYTICS_RESULT`` column -> counter track name prefix."""
+ANALYTICS_COUNTERS: tuple[tuple[str, str], ...] = catalogue.PERFETTO_COUNTERS
+"""``ANALYTICS_RESULT`` column -> counter track name prefix (the catalogue's OTel name)."""
+SII_SCHED_TRACK = "aaco.scheduler_interference.sched"
+"""Per-process SII from ``SCHED_SAMPLE`` (the catalogue's SII name + ``.sched``)."""
 
 Annot = tuple[tuple[str, object], ...]
 
@@ -432,7 +430,7 @@ def write_trace(
             if not wall[r]:
                 continue
             proc = b.process(int(pids[r]))
-            track = b.named_track(("sched", pids[r]), "aaco.sii.sched", proc, unit="1")
+            track = b.named_track(("sched", pids[r]), SII_SCHED_TRACK, proc, unit="1")
             b.counter(track, [ts[r]], [wait[r] / wall[r]])
 
     data = b.trace.SerializeToString()

@@ -35,32 +35,11 @@ from prometheus_client.core import (
     Metric,
 )
 
+from exporter import catalogue
+from exporter.catalogue import prom_name
 from exporter.schema import sanitize_token
 
-_UNIT_SUFFIX = {"W": "watts", "Cel": "celsius", "Hz": "hertz", "By": "bytes", "J": "joules",
-                "1": "ratio", "s": "seconds", "V": "volts", "%": "percent"}
 _BAD = re.compile(r"[^a-zA-Z0-9_]")
-
-
-def prom_name(metric: str, unit: str, kind: str) -> str:
-    """OpenTelemetry-to-Prometheus name translation (dots, unit suffix, _total).
-
-    >>> prom_name("hw.gpu.power", "W", "gauge")
-    'hw_gpu_power_watts'
-    >>> prom_name("hw.gpu.energy", "J", "counter")
-    'hw_gpu_energy_joules_total'
-    >>> prom_name("hw.gpu.pcie.replays", "1", "counter")
-    'hw_gpu_pcie_replays_total'
-    """
-    name = _BAD.sub("_", metric)
-    suffix = _UNIT_SUFFIX.get(unit, "")
-    if unit == "1" and kind != "gauge":
-        suffix = ""  # OpenTelemetry adds _ratio to unit-1 gauges only
-    if suffix and not name.endswith("_" + suffix):
-        name = f"{name}_{suffix}"
-    if kind == "counter" and not name.endswith("_total"):
-        name += "_total"
-    return name
 
 
 COMM_LEN = 15
@@ -77,10 +56,10 @@ def comm_label(comm: object) -> str:
     return str(comm or "")[:COMM_LEN]
 
 
-POD_LABELS = ("pod", "namespace", "container")
+POD_LABELS = catalogue.POD_LABELS
 """Labels every ``hw_gpu_*`` series gains once a host has ``k8s_attribution``:
 the GPU's current holder ("" when no container holds it)."""
-WORKLOAD_LABELS = (*POD_LABELS, "slurm_job_id")
+WORKLOAD_LABELS = catalogue.WORKLOAD_LABELS
 """Labels the pid-keyed series gain once a host has ``k8s_attribution``."""
 _LABEL_MAX = 253  # a Kubernetes object name's limit; label values are cut there
 
@@ -89,6 +68,21 @@ def label_name(key: str) -> str:
     """Attribute key to label name (``hw.gpu.task`` -> ``hw_gpu_task``)."""
     out = _BAD.sub("_", key)
     return out if not out[:1].isdigit() else "_" + out
+
+
+def gauge_family(name: str, labels: list[str]) -> GaugeMetricFamily:
+    """A gauge family named and described by the catalogue."""
+    return GaugeMetricFamily(name, catalogue.get(name).help, labels=labels)
+
+
+def counter_family(family: str, labels: list[str]) -> CounterMetricFamily:
+    """A counter family (``family`` without ``_total``) described by the catalogue."""
+    return CounterMetricFamily(family, catalogue.get(family + "_total").help, labels=labels)
+
+
+def histogram_family(name: str, labels: list[str]) -> HistogramMetricFamily:
+    """A histogram family described by the catalogue."""
+    return HistogramMetricFamily(name, catalogue.get(name).help, labels=labels)
 
 
 @dataclass
@@ -285,38 +279,18 @@ class PromState:
 
     def _collect_analytics(self) -> Iterator[Metric]:
         lab = ["host", "model", "pid", *self._pid_labels()]
-        kar = GaugeMetricFamily("aaco_kernel_amplification_ratio",
-                                "KAR: kernel spans per iteration / non-Constant graph nodes",
-                                labels=lab)
-        lts = GaugeMetricFamily("aaco_launch_tax_ratio",
-                                "LTS: launch overhead / kernel time over the window", labels=lab)
-        sii = GaugeMetricFamily("aaco_scheduler_interference_ratio",
-                                "SII: run-queue wait / wall time of the workload's active threads",
-                                labels=[*lab, "comm"])
-        act = GaugeMetricFamily("aaco_gpu_active_ratio",
-                                "Union of kernel busy intervals / window wall time", labels=lab)
-        att = GaugeMetricFamily("aaco_attach_iteration_latency_seconds",
-                                "Mean iteration latency inside (phase=inside) and outside "
-                                "rocprofv3 --attach windows: the sampling's cost",
-                                labels=[*lab, "phase"])
-        lat = GaugeMetricFamily("aaco_iteration_latency_seconds",
-                                "Iteration latency over the window (stat = mean, p50, p99)",
-                                labels=[*lab, "stat"])
-        nodes = GaugeMetricFamily("aaco_graph_nodes", "Non-Constant ONNX graph nodes",
-                                  labels=lab)
-        kpi = GaugeMetricFamily("aaco_kernels_per_iteration",
-                                "Kernel spans per iteration over the window (KAR's numerator)",
-                                labels=lab)
-        src = GaugeMetricFamily("aaco_kar_source_info",
-                                "1 for the source of the iterations KAR counts (kar_source: "
-                                "ort_profiler, roctx, instrumented_iteration, kineto)",
-                                labels=[*lab, "kar_source"])
-        its = CounterMetricFamily("aaco_iterations", "Inference iterations observed",
-                                  labels=lab)
-        spans = CounterMetricFamily("aaco_kernel_spans", "Kernel spans observed, by family",
-                                    labels=[*lab, "family"])
-        ktime = CounterMetricFamily("aaco_kernel_time_seconds",
-                                    "Summed kernel duration, by family", labels=[*lab, "family"])
+        kar = gauge_family("aaco_kernel_amplification_ratio", lab)
+        lts = gauge_family("aaco_launch_tax_ratio", lab)
+        sii = gauge_family("aaco_scheduler_interference_ratio", [*lab, "comm"])
+        act = gauge_family("aaco_gpu_active_ratio", lab)
+        att = gauge_family("aaco_attach_iteration_latency_seconds", [*lab, "phase"])
+        lat = gauge_family("aaco_iteration_latency_seconds", [*lab, "stat"])
+        nodes = gauge_family("aaco_graph_nodes", lab)
+        kpi = gauge_family("aaco_kernels_per_iteration", lab)
+        src = gauge_family("aaco_kar_source_info", [*lab, "kar_source"])
+        its = counter_family("aaco_iterations", lab)
+        spans = counter_family("aaco_kernel_spans", [*lab, "family"])
+        ktime = counter_family("aaco_kernel_time_seconds", [*lab, "family"])
         for (host, pid, model), (_, r) in self.analytics.items():
             lv = [host, model, pid, *self._pid_values(host, pid)]
             for fam, col in ((kar, "kar"), (lts, "launch_tax"), (act, "gpu_active_ratio")):
@@ -347,19 +321,12 @@ class PromState:
 
     def _collect_sched(self) -> Iterator[Metric]:
         lab = ["host", "pid", "comm", *self._pid_labels()]
-        wait = CounterMetricFamily("aaco_sched_runqueue_wait_seconds",
-                                   "Time the watched threads spent runnable but waiting",
-                                   labels=lab)
-        cpu = CounterMetricFamily("aaco_sched_cpu_seconds", "On-CPU time of the watched threads",
-                                  labels=lab)
-        cs = CounterMetricFamily("aaco_sched_context_switches", "Context switches",
-                                 labels=[*lab, "kind"])
-        mig = CounterMetricFamily("aaco_sched_migrations", "CPU migrations (eBPF source)",
-                                  labels=lab)
-        pf = CounterMetricFamily("aaco_sched_page_faults", "Page faults", labels=[*lab, "kind"])
-        hist = HistogramMetricFamily("aaco_sched_runqueue_latency_seconds",
-                                     "Run-queue latency, wakeup to switch-in (eBPF source)",
-                                     labels=lab)
+        wait = counter_family("aaco_sched_runqueue_wait_seconds", lab)
+        cpu = counter_family("aaco_sched_cpu_seconds", lab)
+        cs = counter_family("aaco_sched_context_switches", [*lab, "kind"])
+        mig = counter_family("aaco_sched_migrations", lab)
+        pf = counter_family("aaco_sched_page_faults", [*lab, "kind"])
+        hist = histogram_family("aaco_sched_runqueue_latency_seconds", lab)
         for (host, pid), s in self.sched.items():
             lv = [host, pid, s.comm, *self._pid_values(host, pid)]
             wait.add_metric(lv, s.wait_ns / 1e9)
@@ -377,9 +344,8 @@ class PromState:
                 buckets.append(("+Inf", acc))
                 hist.add_metric(lv, buckets, s.hist_sum_ns / 1e9)
         yield from (wait, cpu, cs, mig, pf, hist)
-        info = GaugeMetricFamily("aaco_watched_process_info",
-                                 "1 per process workload discovery watches (reason: why)",
-                                 labels=["host", "pid", "comm", "reason", *self._pid_labels()])
+        info = gauge_family("aaco_watched_process_info",
+                            ["host", "pid", "comm", "reason", *self._pid_labels()])
         for host, (_, rows) in sorted(self.processes.items()):
             for r in rows:
                 info.add_metric([host, str(r["pid"]), comm_label(r["comm"]),
@@ -400,7 +366,8 @@ class PromState:
             lab = sorted(names[name])
             fam = fams.get(name)
             if fam is None:
-                doc = f"{metric} ({unit}) from the GPU collector"
+                known = catalogue.BY_OTEL.get(metric)
+                doc = known.help if known else f"{metric} ({unit}) from a gauge_sample producer"
                 base = name[: -len("_total")] if kind == "counter" else name
                 fam = (CounterMetricFamily(base, doc, labels=lab) if kind == "counter"
                        else GaugeMetricFamily(name, doc, labels=lab))
@@ -414,11 +381,9 @@ class PromState:
 
     def _collect_verdicts(self) -> Iterator[Metric]:
         lab = ["host", "model", "stream", "series", "detector"]
-        det = GaugeMetricFamily("aaco_drift_detected",
-                                "1 while the detector reports a change in the stream", labels=lab)
-        ev = CounterMetricFamily("aaco_drift_events", "Change points detected", labels=lab)
-        last = GaugeMetricFamily("aaco_drift_last_change_timestamp_seconds",
-                                 "Data time of the last change point (Unix seconds)", labels=lab)
+        det = gauge_family("aaco_drift_detected", lab)
+        ev = counter_family("aaco_drift_events", lab)
+        last = gauge_family("aaco_drift_last_change_timestamp_seconds", lab)
         for (host, stream, key, detector), (_, r) in sorted(self.drift.items()):
             model, _, series = key.partition("/")
             if stream.startswith("gpu_"):
@@ -431,10 +396,8 @@ class PromState:
         yield from (det, ev, last)
         extra = self._pid_labels()
         blab = ["host", "model", "pid", *extra, "class"]
-        conf = GaugeMetricFamily("aaco_bottleneck_confidence",
-                                 "Classifier score per bottleneck class, 0-1", labels=blab)
-        info = GaugeMetricFamily("aaco_bottleneck_info",
-                                 "1 for the bottleneck class currently reported", labels=blab)
+        conf = gauge_family("aaco_bottleneck_confidence", blab)
+        info = gauge_family("aaco_bottleneck_info", blab)
         for (host, model, pid), (_, r) in sorted(self.bottleneck.items()):
             # Label values use underscores (launch_bound); the verdict JSON keeps
             # the taxonomy's own spelling (launch-bound).
@@ -445,9 +408,10 @@ class PromState:
         yield from (conf, info)
 
 
-def counters_family(name: str, doc: str, label: str, values: Mapping[str, int]) -> Metric:
-    """A counter family with one label (used for exporter health)."""
-    fam = CounterMetricFamily(name, doc, labels=[label])
+def counters_family(name: str, label: str, values: Mapping[str, int]) -> Metric:
+    """A catalogued counter family (``name`` without ``_total``) with one label
+    (used for exporter health)."""
+    fam = counter_family(name, [label])
     for k, v in sorted(values.items()):
         fam.add_metric([k], float(v))
     return fam

@@ -136,7 +136,7 @@ def test_pod_process_and_gpu_holder_labels_on_metrics_and_otlp(
                 pts = rx.metric_points(receiver.metrics)
                 return any(a.get("k8s.pod.name") for a, _, _ in pts.get("hw.gpu.memory.usage", [])
                            ) and any(a.get("process.pid") == pid and a.get("k8s.pod.name")
-                                     for a, _, _ in pts.get("aaco.sii", []))
+                                     for a, _, _ in pts.get("aaco.scheduler_interference", []))
             otlp_ok = receiver.wait_for(otlp_done, timeout_s=30)
         finally:
             proc.terminate()
@@ -160,7 +160,7 @@ def test_pod_process_and_gpu_holder_labels_on_metrics_and_otlp(
     gpu0 = [a for a, _, _ in pts["hw.gpu.memory.usage"] if a.get("aaco.gpu.index") == 0]
     assert gpu1 and all({key: a.get(key) for key in want} == want for a in gpu1)
     assert gpu0 and not any(a.get("k8s.pod.name") for a in gpu0)
-    sii = [a for a, _, _ in pts["aaco.sii"] if a.get("process.pid") == pid and
+    sii = [a for a, _, _ in pts["aaco.scheduler_interference"] if a.get("process.pid") == pid and
            a.get("k8s.pod.name")]
     assert sii and all({key: a.get(key) for key in want} == want for a in sii)
     nodes = {str(rx.attrs(rm.resource.attributes).get("k8s.node.name"))

@@ -60,7 +60,7 @@ def test_iteration_resources_and_points_carry_pod_attributes() -> None:
     power = {int(a["aaco.gpu.index"]): a for a, _, _ in points["hw.gpu.power"]}
     assert {k: power[1].get(k) for k in POD} == POD
     assert not set(POD) & set(power[0])
-    kar = [a for a, _, _ in points["aaco.kar"]
+    kar = [a for a, _, _ in points["aaco.kernel_amplification"]
            if a.get("process.pid") == pid]
     assert kar and all({k: a.get(k) for k in POD} == POD and a["slurm.job.id"] == "77"
                        for a in kar)

@@ -47,7 +47,7 @@ def test_metrics_points_gain_pod_attributes_by_pid_and_gpu() -> None:
     req = metrics_request(*_tables(42), "n")
     annotate_metrics(req, "n", attrs)
     pts = rx.metric_points([req])
-    (kar,) = [a for a, _, _ in pts["aaco.kar"]]
+    (kar,) = [a for a, _, _ in pts["aaco.kernel_amplification"]]
     assert {k: kar.get(k) for k in POD} == POD and kar["slurm.job.id"] == "77"
     power = {a["aaco.gpu.index"]: a for a, _, _ in pts["hw.gpu.power"]}
     assert {k: power[1].get(k) for k in POD} == POD

@@ -147,7 +147,7 @@ def test_metrics_request_roundtrip_has_gauges_and_cumulative_counters() -> None:
         metrics_request(an, _gauges(), "node-1").SerializeToString()
     )
     pts = rx.metric_points([req])
-    (kar,) = pts["aaco.kar"]
+    (kar,) = pts["aaco.kernel_amplification"]
     assert kar[2] == "gauge" and abs(kar[1] - an["kar"][0].as_py()) < 1e-12
     assert kar[0] == {"aaco.model": data.MAGIKA_MODEL, "process.pid": an["pid"][0].as_py()}
     assert pts["aaco.kernel_spans"][0][1:] == (576, "sum")
@@ -159,4 +159,4 @@ def test_metrics_request_roundtrip_has_gauges_and_cumulative_counters() -> None:
     res = rx.attrs(req.resource_metrics[0].resource.attributes)
     assert res == {"service.name": "aaco-exporter", "host.name": "node-1"}
     units = {m.name: m.unit for m in req.resource_metrics[0].scope_metrics[0].metrics}
-    assert units["hw.gpu.power"] == "W" and units["aaco.inference.latency.p99"] == "s"
+    assert units["hw.gpu.power"] == "W" and units["aaco.iteration.latency"] == "s"

@@ -69,13 +69,16 @@ def test_grpc_export_span_counts_parentage_and_resource() -> None:
     assert sink.kernels_dropped == 576 - 212
 
 
-def test_kernels_wait_one_flush_for_their_iteration() -> None:
-    """Kernels whose iteration has not arrived are held at the first flush, then parented."""
+def test_kernels_wait_for_their_iteration_then_are_parented() -> None:
+    """Kernels whose iteration has not arrived are held through any number of
+    flushes (within hold_s), then parented under it."""
     ks, its = data.magika_tables()
     with rx.GrpcReceiver() as r:
-        sink = OtlpSink(OtlpConfig(endpoint=r.endpoint, insecure=True, sample_every=1))
+        sink = OtlpSink(OtlpConfig(endpoint=r.endpoint, insecure=True, sample_every=1,
+                                   hold_s=3600.0))
         try:
             sink.ingest("kernel_span", ks, "node-1")
+            sink.flush()
             sink.flush()
             held = len(rx.spans_of(r.traces))
             sink.ingest("iteration_span", its, "node-1")
@@ -87,6 +90,31 @@ def test_kernels_wait_one_flush_for_their_iteration() -> None:
     assert held == 0
     roots = {s.span_id for _, s in spans if not s.parent_span_id}
     assert len(roots) == 6 and all(s.parent_span_id in roots for _, s in spans if s.parent_span_id)
+
+
+def test_sdk_export_and_otlp_on_the_bus_name_every_span_alike() -> None:
+    """One assembler, one encoding: the SDK exporter sends exactly the spans (ids,
+    parents, names, times) that traces_request puts on the bus."""
+    from exporter.sinks.otlp_proto import SpanPolicy, traces_request
+
+    ks, its = data.magika_tables()
+    with rx.GrpcReceiver() as r:
+        sink = OtlpSink(OtlpConfig(endpoint=r.endpoint, insecure=True))
+        try:
+            sink.ingest("kernel_span", ks, "node-1")
+            sink.ingest("iteration_span", its, "node-1")
+            sink.flush()
+            n = sink.spans_exported
+            assert r.wait_for(lambda: len(rx.spans_of(r.traces)) >= n)
+        finally:
+            sink.close()
+        got = {(s.trace_id, s.span_id, s.parent_span_id, s.name, s.start_time_unix_nano)
+               for _, s in rx.spans_of(r.traces)}
+    bus = traces_request(ks, its, "node-1", SpanPolicy())
+    want = {(s.trace_id, s.span_id, s.parent_span_id, s.name, s.start_time_unix_nano)
+            for rs in bus.resource_spans for ss in rs.scope_spans for s in ss.spans}
+    assert n == len(want) > 6
+    assert got == want
 
 
 def test_grpc_gpu_kernels_without_iteration_are_capped_under_synthetic_parent() -> None:
@@ -160,8 +188,9 @@ def test_grpc_metrics_latest_values_as_gauges_and_counters() -> None:
             sink.close()
         pts = rx.metric_points(r.metrics)
         res = rx.attrs(r.metrics[0].resource_metrics[0].resource.attributes)
-    assert pts["aaco.kar"][0][1:] == (0.75, "gauge")
-    assert pts["aaco.kar"][0][0] == {"aaco.model": data.MAGIKA_MODEL, "process.pid": 7}
+    assert pts["aaco.kernel_amplification"][0][1:] == (0.75, "gauge")
+    assert pts["aaco.kernel_amplification"][0][0] == {
+        "aaco.model": data.MAGIKA_MODEL, "process.pid": 7}
     assert pts["aaco.kernel_spans"][0][1:] == (576, "sum")
     assert pts["hw.gpu.power"][0][1] == 210.0
     assert pts["hw.gpu.power"][0][0] == {"aaco.source": "amdsmi", "aaco.gpu.index": 0}
@@ -319,12 +348,13 @@ def test_analytics_rows_export_under_the_host_they_describe_not_the_worker() -> 
         try:
             sink.ingest("analytics_result", an.to_batches()[0], "analytics-worker")
             sink.flush()
-            assert r.wait_for(lambda: "aaco.kar" in rx.metric_points(r.metrics))
+            assert r.wait_for(lambda: "aaco.kernel_amplification" in rx.metric_points(r.metrics))
         finally:
             sink.close()
         kar = {rx.attrs(rm.resource.attributes)["host.name"]: m.gauge.data_points[0].as_double
                for req in r.metrics for rm in req.resource_metrics
-               for sm in rm.scope_metrics for m in sm.metrics if m.name == "aaco.kar"}  # fmt: skip
+               for sm in rm.scope_metrics for m in sm.metrics
+               if m.name == "aaco.kernel_amplification"}  # fmt: skip
     assert kar == {"node-a": 0.5, "node-b": 0.75}
 
 
@@ -335,12 +365,13 @@ def test_a_batch_ingested_while_a_flush_holds_back_spans_is_not_lost(
     middle of a flush that is holding kernels back (between taking the host's
     buffer and putting the held part back); it must be exported, not
     overwritten by the held buffer."""
-    import exporter.sinks.otlp as otlp_mod
+    import exporter.sinks.span_assembler as otlp_mod
 
     ks, its = data.magika_tables()
     first, second = its.slice(0, 3), its.slice(3)
     with rx.GrpcReceiver() as r:
-        sink = OtlpSink(OtlpConfig(endpoint=r.endpoint, insecure=True, sample_every=1))
+        sink = OtlpSink(OtlpConfig(endpoint=r.endpoint, insecure=True, sample_every=1,
+                                   hold_s=3600.0))
         real_concat = otlp_mod._concat
         calls = {"n": 0}
 

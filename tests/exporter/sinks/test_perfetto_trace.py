@@ -155,11 +155,11 @@ def test_cpu_trace_slices_nest_kernels_in_iterations_on_thread_track(tmp_path: P
     names = {t.name: u for u, t in p.tracks.items() if t.HasField("counter")}
     assert set(names) == {
         "hw.gpu.power gpu0",
-        f"aaco.sii {data.MAGIKA_MODEL}",
-        f"aaco.kar {data.MAGIKA_MODEL}",
-        "aaco.sii.sched",
+        f"aaco.scheduler_interference {data.MAGIKA_MODEL}",
+        f"aaco.kernel_amplification {data.MAGIKA_MODEL}",
+        "aaco.scheduler_interference.sched",
     }
-    assert [v for _, v in p.counters[names["aaco.sii.sched"]]] == [0.25, 0.0]
+    assert [v for _, v in p.counters[names["aaco.scheduler_interference.sched"]]] == [0.25, 0.0]
     assert len(p.counters[names["hw.gpu.power gpu0"]]) == 6
     assert stats.counter_tracks == 4 and stats.flows == 0
 
