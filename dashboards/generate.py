@@ -86,6 +86,8 @@ DEFAULT_VARIABLES: dict[str, str] = {
     "host": ".*",
     "model": ".*",
     "gpu": ".*",
+    "namespace": ".*",
+    "pod": ".*",
     "instance": ".*",
     "__rate_interval": "1m",
     "__interval": "1m",
@@ -148,8 +150,11 @@ def _gpu(expr: str, legend: str = "", *, needs: str = GPU_REASON) -> Query:
     return Query(expr=expr, legend=legend, needs=needs)
 
 
-HM = 'host=~"$host", model=~"$model"'
-HG = 'host=~"$host", gpu_index=~"$gpu"'
+K8S = 'namespace=~"$namespace", pod=~"$pod"'
+"""Kubernetes filter: the ``k8s`` collector's ``namespace``/``pod`` labels
+(All is ``.*``, which also matches series without them)."""
+HM = f'host=~"$host", model=~"$model", {K8S}'
+HG = f'host=~"$host", gpu_index=~"$gpu", {K8S}'
 RI = "$__rate_interval"
 
 # --------------------------------------------------------------------------- fleet
@@ -316,7 +321,7 @@ GPU = DashboardSpec(
     uid="aaco-gpu",
     title="AACO / GPU",
     description="Per-GPU gauges: utilization, memory, power, temperature, clocks, throttling.",
-    variables=("datasource", "host", "gpu"),
+    variables=("datasource", "host", "namespace", "pod", "gpu"),
     rows=(
         RowSpec(
             "Utilization and memory",
@@ -470,7 +475,7 @@ MODEL = DashboardSpec(
     uid="aaco-model",
     title="AACO / Inference workload",
     description="Per-model analytics: KAR, LTS, SII, latency, GPU activity, drift, bottleneck.",
-    variables=("datasource", "host", "model"),
+    variables=("datasource", "host", "namespace", "pod", "model"),
     rows=(
         RowSpec(
             "Summary",
@@ -875,7 +880,8 @@ def all_queries() -> list[tuple[str, str]]:
     Template variables are left in; pass each expr through :func:`render_query`
     before sending it to Prometheus.
 
-    >>> kar = 'avg(aaco_kernel_amplification_ratio{host=~"$host", model=~"$model"})'
+    >>> kar = ('avg(aaco_kernel_amplification_ratio{host=~"$host", model=~"$model", '
+    ...        'namespace=~"$namespace", pod=~"$pod"})')
     >>> ("aaco-model/KAR", kar) in all_queries()
     True
     """
@@ -949,6 +955,16 @@ VARIABLE_QUERIES: dict[str, tuple[str, str]] = {
     "gpu": (
         'label_values(hw_gpu_power_watts{host=~"$host"}, gpu_index)',
         'group by (gpu_index) (hw_gpu_power_watts{host=~"$host"})',
+    ),
+    "namespace": (
+        'label_values({__name__=~"hw_gpu_.+|aaco_.+", host=~"$host"}, namespace)',
+        'group by (namespace) ({__name__=~"hw_gpu_.+|aaco_.+", host=~"$host", namespace!=""})',
+    ),
+    "pod": (
+        'label_values({__name__=~"hw_gpu_.+|aaco_.+", host=~"$host", '
+        'namespace=~"$namespace"}, pod)',
+        'group by (pod) ({__name__=~"hw_gpu_.+|aaco_.+", host=~"$host", '
+        'namespace=~"$namespace", pod!=""})',
     ),
     "instance": (
         'label_values(up{job="aaco-exporter"}, instance)',

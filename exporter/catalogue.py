@@ -89,6 +89,15 @@ class MetricDef:
     prom: str = ""
 
     @property
+    def optional_labels(self) -> tuple[str, ...]:
+        """Labels the sinks add once the ``k8s`` collector publishes
+        ``k8s_attribution`` (docs/kubernetes.md): :data:`WORKLOAD_LABELS` on
+        pid-keyed series, :data:`POD_LABELS` (the GPU's holder) on ``hw_gpu_*``."""
+        if "pid" in self.labels:
+            return WORKLOAD_LABELS
+        return POD_LABELS if self.otel.startswith("hw.gpu.") else ()
+
+    @property
     def prom_name(self) -> str:
         """The exposed name (counters with ``_total``)."""
         return self.prom or prom_name(self.otel, self.unit, self.kind)
@@ -100,6 +109,10 @@ class MetricDef:
         return n[: -len("_total")] if self.kind == "counter" else n
 
 
+POD_LABELS = ("pod", "namespace", "container")
+"""Kubernetes labels of the GPU's holder on every ``hw_gpu_*`` series (k8s collector)."""
+WORKLOAD_LABELS = (*POD_LABELS, "slurm_job_id")
+"""Kubernetes / Slurm labels of the process on every pid-keyed series (k8s collector)."""
 _A = ("host", "model", "pid")
 _S = ("host", "pid", "comm")
 _D = ("host", "model", "stream", "series", "detector")

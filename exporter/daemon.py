@@ -24,7 +24,7 @@ import signal
 import socket
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -184,7 +184,13 @@ async def run_daemon(opts: DaemonOptions, bus_cfg: BusConfig,
     if opts.otlp is not None:
         from exporter.sinks.otlp import OtlpSink
 
-        otlp_sink = OtlpSink(opts.otlp)
+        otlp_cfg = opts.otlp
+        k8s = next((c for c in pipe.collectors if c.name == "k8s"), None)
+        node = getattr(k8s, "node", None)
+        if node and "k8s.node.name" not in otlp_cfg.resource_attributes:
+            otlp_cfg = replace(otlp_cfg, resource_attributes={
+                **otlp_cfg.resource_attributes, "k8s.node.name": str(node)})
+        otlp_sink = OtlpSink(otlp_cfg)
     if opts.otlp_bus:
         from exporter.sinks.otlp_bus import OtlpBusBridge
 

@@ -251,6 +251,28 @@ PROCESS_INFO = pa.schema(
 """Workload discovery's snapshot: one row per watched process; each batch is
 the whole set of its host (an exited process is absent from the next one)."""
 
+K8S_ATTRIBUTION = pa.schema(
+    [
+        pa.field("ts_ns", pa.int64(), nullable=False),  # snapshot time
+        pa.field("kind", _DICT_STR, nullable=False),  # "process" or "gpu"
+        pa.field("pid", pa.int64()),  # kind=process
+        pa.field("gpu_index", pa.int64()),  # kind=gpu: the gpu collector's index ...
+        pa.field("gpu_uuid", pa.string()),  # ... or uuid (NVIDIA GPU-/MIG- ids)
+        pa.field("device_id", pa.string()),  # kind=gpu: the device plugin's id
+        pa.field("resource", _DICT_STR),  # kind=gpu: amd.com/gpu, nvidia.com/gpu
+        pa.field("namespace", pa.string()),
+        pa.field("pod", pa.string()),
+        pa.field("container", pa.string()),
+        pa.field("pod_uid", pa.string()),  # kind=process, from /proc/PID/cgroup
+        pa.field("container_id", pa.string()),  # kind=process, 64 hex
+        pa.field("slurm_job_id", pa.string()),  # kind=process
+        pa.field("node", pa.string()),  # Kubernetes node name (k8s.node.name)
+    ]
+)
+"""The ``k8s`` collector's snapshot: one row per watched process it could
+attribute (pod and/or Slurm job) and one per GPU a container holds; each
+batch is the whole set of its host."""
+
 SCHEMAS: Mapping[str, pa.Schema] = {
     "kernel_span": KERNEL_SPAN,
     "iteration_span": ITERATION_SPAN,
@@ -261,6 +283,7 @@ SCHEMAS: Mapping[str, pa.Schema] = {
     "drift_status": DRIFT_STATUS,
     "bottleneck": BOTTLENECK,
     "process_info": PROCESS_INFO,
+    "k8s_attribution": K8S_ATTRIBUTION,
 }
 """Signal name -> Arrow schema. The signal name is also the subject token."""
 

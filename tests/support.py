@@ -94,7 +94,7 @@ def uncatalogued(samples: dict[str, list[tuple[dict[str, str], float]]]) -> list
             continue
         if m.otel.startswith("hw.gpu."):
             continue
-        allowed = set(m.labels) | {"le"}
+        allowed = set(m.labels) | set(m.optional_labels) | {"le"}
         for labels, _ in points:
             if set(labels) - allowed:
                 bad.append(f"{name}{sorted(set(labels) - allowed)}")

@@ -20,6 +20,14 @@
   counters reporting the latest value per series, one ``MeterProvider`` per
   host, exported every ``export_interval_s``; names from
   :mod:`exporter.catalogue`.
+* **Kubernetes / Slurm** (``k8s_attribution``, the ``k8s`` collector's
+  snapshot; :mod:`exporter.sinks.otlp_k8s`): a span carrying
+  ``process.pid`` (iteration, kernel and synthetic spans) gets a resource with
+  ``k8s.pod.name``, ``k8s.namespace.name``, ``k8s.container.name`` and
+  ``slurm.job.id`` of its process; analytics points (keyed by pid) and
+  ``hw.gpu.*`` points (the GPU's holder) carry the same attributes (a host's
+  metrics share one resource). ``k8s.node.name`` is a resource attribute the
+  daemon adds to ``resource_attributes`` when the ``k8s`` collector runs.
 
 Attribute names, span names and the span policy are those of
 :mod:`exporter.sinks.otlp_proto` (the bus encoding), documented in
@@ -52,6 +60,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from exporter import catalogue
 from exporter.sinks import otlp_proto as op
+from exporter.sinks.otlp_k8s import K8sAttributes, attr_value
 from exporter.sinks.span_assembler import DEFAULT_HOLD_S, SpanAssembler
 
 Protocol = Literal["grpc", "http/protobuf"]
@@ -205,6 +214,18 @@ class _Series:
     def __init__(self, lock: threading.Lock) -> None:
         self.lock = lock
         self.values: dict[Attrs, float] = {}
+        self.full: dict[Attrs, Attrs] = {}  # base attributes -> with k8s attributes
+
+    def set(self, base: Attrs, extra: tuple[tuple[str, str], ...], value: float) -> None:
+        """Latest ``value`` of series ``base``; its k8s ``extra`` attributes
+        replace earlier ones (a process or GPU has one holder at a time).
+        Call with :attr:`lock` held."""
+        full = base + extra
+        prev = self.full.get(base)
+        if prev is not None and prev != full:
+            self.values.pop(prev, None)
+        self.full[base] = full
+        self.values[full] = value
 
     def callback(self, options: CallbackOptions) -> Iterable[Observation]:
         with self.lock:
@@ -224,6 +245,7 @@ class OtlpSink:
         self._assembler = SpanAssembler(hold_s=config.hold_s, max_rows=config.max_queue_size)
         self._processor: BatchSpanProcessor | None = None
         self._resources: dict[tuple[tuple[str, op.AttrValue], ...], Resource] = {}
+        self._k8s = K8sAttributes()  # the k8s collector's snapshots, as OTel attributes
         self._meters: dict[str, MeterProvider] = {}
         self._series: dict[tuple[str, str, str, str], _Series] = {}
         self.spans_exported = 0
@@ -247,6 +269,8 @@ class OtlpSink:
                 self._update_analytics(sub, h)
         elif signal == "gauge_sample":
             self._update_gauges(t, host)
+        elif signal == "k8s_attribution":
+            self._k8s.update(t, host)
 
     def flush(self) -> None:
         """Export the span trees that are ready
@@ -317,11 +341,12 @@ class OtlpSink:
         processor = self._span_processor()
         n = 0
         for rs in req.resource_spans:
-            res = self._resource(host, tuple((kv.key, op.from_any_value(kv.value))
-                                             for kv in rs.resource.attributes))
+            base = tuple((kv.key, op.from_any_value(kv.value)) for kv in rs.resource.attributes)
             for ss in rs.scope_spans:
                 scope = InstrumentationScope(ss.scope.name)
                 for sp in ss.spans:
+                    pod = self._k8s.pid(host, attr_value(sp.attributes, op.A_PID))
+                    res = self._resource(host, base + pod)
                     tid = int.from_bytes(sp.trace_id, "big")
                     ctx = trace_api.SpanContext(tid, int.from_bytes(sp.span_id, "big"),
                                                 is_remote=False, trace_flags=_SAMPLED)
@@ -380,7 +405,8 @@ class OtlpSink:
         order = pc.sort_indices(t, [("ts_ns", "ascending")])
         t = t.take(order)
         attrs = [
-            tuple((k, v) for k, v in op.analytics_point_items(m, p) if v is not None)
+            (tuple((k, v) for k, v in op.analytics_point_items(m, p) if v is not None),
+             self._k8s.pid(host, p))
             for m, p in zip(t.column("model").to_pylist(), t.column("pid").to_pylist(), strict=True)
         ]
         for metric, column in catalogue.ANALYTICS_POINTS:
@@ -388,9 +414,9 @@ class OtlpSink:
             if s is None:
                 continue
             with self._lock:
-                for a, v in zip(attrs, t.column(column.name).to_pylist(), strict=True):
+                for (a, pod), v in zip(attrs, t.column(column.name).to_pylist(), strict=True):
                     if v is not None:
-                        s.values[a + column.attrs] = float(v)
+                        s.set(a + column.attrs, pod, float(v))
 
     def _update_gauges(self, t: pa.Table, host: str) -> None:
         if t.num_rows == 0:
@@ -410,5 +436,6 @@ class OtlpSink:
                 cols["source"][r], cols["gpu_index"][r], cols["gpu_uuid"][r], extra[r]
             )
             a = tuple((k, v) for k, v in items if v is not None)
+            holder = self._k8s.gpu(host, cols["gpu_index"][r], cols["gpu_uuid"][r])
             with self._lock:
-                s.values[a] = float(cols["value"][r])
+                s.set(a, holder, float(cols["value"][r]))

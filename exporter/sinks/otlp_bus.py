@@ -10,6 +10,8 @@ Span trees are released by the same
 :class:`~exporter.sinks.span_assembler.SpanAssembler` rule as the SDK
 exporter's (an iteration waits for its ``kernel_count`` kernels, at most
 ``hold_s``), with the same deterministic span ids.
+With ``k8s_attribution`` from the host, points and iteration spans carry
+the pod / Slurm attributes of :mod:`exporter.sinks.otlp_k8s`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import pyarrow.compute as pc
 
 from exporter import schema
 from exporter.bus import Bus
+from exporter.sinks.otlp_k8s import K8sAttributes, annotate_metrics, annotate_traces
 from exporter.sinks.otlp_proto import (
     SpanPolicy,
     metrics_request,
@@ -49,8 +52,12 @@ class OtlpBusBridge:
         self._run = uuid.uuid4().hex[:8]
         self.published = 0
         self.dropped = 0
+        self.k8s = K8sAttributes()
 
     def ingest(self, signal: str, host: str, batch: pa.RecordBatch | pa.Table) -> None:
+        if signal == "k8s_attribution":
+            self.k8s.update(batch, host)
+            return
         t = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
         if signal in ("kernel_span", "iteration_span"):
             self.spans.add(host, signal, t, time.monotonic())
@@ -69,6 +76,7 @@ class OtlpBusBridge:
         """One request, or halves by iterations (kernels follow their iteration)
         until each message fits ``bus.cfg.max_payload_bytes``."""
         req = traces_request(kernels, iters, host, self.policy)
+        annotate_traces(req, host, self.k8s)
         msg = schema.encode_otlp("traces", req, host=host,
                                  msg_id=f"otlp-{self._run}-{next(self._seq)}")
         if len(msg.payload) <= bus.cfg.max_payload_bytes:
@@ -103,6 +111,7 @@ class OtlpBusBridge:
             gauges = self._take(host, "gauge_sample")
             if analytics is not None or gauges is not None:
                 mreq = metrics_request(analytics, gauges, host)
+                annotate_metrics(mreq, host, self.k8s)
                 msg = schema.encode_otlp("metrics", mreq, host=host,
                                          msg_id=f"otlp-{self._run}-{next(self._seq)}")
                 await bus.js.publish(msg.subject, msg.payload, headers=msg.headers)

@@ -7,6 +7,13 @@ collector pattern). Every name is listed in ``docs/metrics.md``.
 
 Label values are bounded: kernel families, never raw kernel names. Series of
 keys not updated for ``stale_s`` seconds are dropped.
+
+Once a host publishes ``k8s_attribution`` (the ``k8s`` collector), every
+``hw_gpu_*`` series gains :data:`POD_LABELS` for its GPU's current holder
+and every pid-keyed series (analytics, ``aaco_sched_*``,
+``aaco_watched_process_info``, ``aaco_bottleneck_*``) gains
+:data:`WORKLOAD_LABELS` for its process; values are "" when unknown. One
+pid or GPU has one holder at a time, so the series count does not grow.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from prometheus_client.core import (
 
 from exporter import catalogue
 from exporter.catalogue import prom_name
+from exporter.schema import sanitize_token
 
 _BAD = re.compile(r"[^a-zA-Z0-9_]")
 
@@ -46,6 +54,14 @@ def comm_label(comm: object) -> str:
     'python3.11-with'
     """
     return str(comm or "")[:COMM_LEN]
+
+
+POD_LABELS = catalogue.POD_LABELS
+"""Labels every ``hw_gpu_*`` series gains once a host has ``k8s_attribution``:
+the GPU's current holder ("" when no container holds it)."""
+WORKLOAD_LABELS = catalogue.WORKLOAD_LABELS
+"""Labels the pid-keyed series gain once a host has ``k8s_attribution``."""
+_LABEL_MAX = 253  # a Kubernetes object name's limit; label values are cut there
 
 
 def label_name(key: str) -> str:
@@ -106,6 +122,9 @@ class PromState:
         self.drift: dict[tuple[str, str, str, str], tuple[float, dict[str, Any]]] = {}
         self.bottleneck: dict[tuple[str, str, str], tuple[float, dict[str, Any]]] = {}
         self.processes: dict[str, tuple[float, list[dict[str, Any]]]] = {}  # host -> snapshot
+        # host -> (seen, pid -> workload label values, ("index"|"uuid", id) -> pod label values)
+        self.k8s: dict[str, tuple[float, dict[str, tuple[str, ...]],
+                                  dict[tuple[str, str], tuple[str, ...]]]] = {}
         self.drops: Counter[str] = Counter()
 
     # -- ingest ----------------------------------------------------------------
@@ -129,11 +148,49 @@ class PromState:
                         now, row)
             elif signal == "process_info":  # discovery's whole set for the host
                 self.processes[host] = (now, batch.to_pylist())
+            elif signal == "k8s_attribution":  # the k8s collector's whole set for the host
+                self._k8s(host, batch, now)
             elif signal == "bottleneck":
                 for row in batch.to_pylist():  # one row per analytics key
                     k = (row["host"], row["model"] or "",
                          str(row["pid"] if row["pid"] is not None else ""))
                     self.bottleneck[k] = (now, row)
+
+    def _k8s(self, host: str, b: pa.RecordBatch, now: float) -> None:
+        procs: dict[str, tuple[str, ...]] = {}
+        gpus: dict[tuple[str, str], tuple[str, ...]] = {}
+        for r in b.to_pylist():  # one row per watched process / held GPU
+            pod = tuple(str(r[k] or "")[:_LABEL_MAX] for k in POD_LABELS)
+            if r["kind"] == "process" and r["pid"] is not None:
+                procs[str(r["pid"])] = (*pod, str(r["slurm_job_id"] or "")[:20])
+            elif r["kind"] == "gpu":
+                if r["gpu_uuid"]:
+                    gpus[("uuid", str(r["gpu_uuid"]))] = pod
+                if r["gpu_index"] is not None:
+                    gpus[("index", str(r["gpu_index"]))] = pod
+        self.k8s[sanitize_token(host)] = (now, procs, gpus)
+
+    def _pid_labels(self) -> list[str]:
+        """:data:`WORKLOAD_LABELS` once any host has attribution, else []."""
+        return list(WORKLOAD_LABELS) if self.k8s else []
+
+    def _pid_values(self, host: str, pid: str) -> list[str]:
+        """Values of :meth:`_pid_labels` for ``pid`` of ``host``."""
+        if not self.k8s:
+            return []
+        entry = self.k8s.get(sanitize_token(host))  # analytics rows name the raw host
+        got = entry[1].get(pid) if entry else None
+        return list(got) if got else [""] * len(WORKLOAD_LABELS)
+
+    def _gpu_values(self, host: str, labels: dict[str, str]) -> tuple[str, ...]:
+        """The holder of the GPU a gauge series names (by uuid, then index)."""
+        entry = self.k8s.get(sanitize_token(host))
+        if entry is not None:
+            for key in (("uuid", labels.get("gpu_uuid", "")),
+                        ("index", labels.get("gpu_index", ""))):
+                if key[1] and key in entry[2]:
+                    return entry[2][key]
+        return ("",) * len(POD_LABELS)
 
     def _sched(self, host: str, b: pa.RecordBatch, now: float) -> None:
         t = pa.Table.from_batches([b])
@@ -217,9 +274,11 @@ class PromState:
             del self.bottleneck[kb]
         for kp in [k for k, (t, _) in self.processes.items() if now - t > self.stale_s]:
             del self.processes[kp]
+        for kk in [k for k, (t, _, _) in self.k8s.items() if now - t > self.stale_s]:
+            del self.k8s[kk]
 
     def _collect_analytics(self) -> Iterator[Metric]:
-        lab = ["host", "model", "pid"]
+        lab = ["host", "model", "pid", *self._pid_labels()]
         kar = gauge_family("aaco_kernel_amplification_ratio", lab)
         lts = gauge_family("aaco_launch_tax_ratio", lab)
         sii = gauge_family("aaco_scheduler_interference_ratio", [*lab, "comm"])
@@ -233,7 +292,7 @@ class PromState:
         spans = counter_family("aaco_kernel_spans", [*lab, "family"])
         ktime = counter_family("aaco_kernel_time_seconds", [*lab, "family"])
         for (host, pid, model), (_, r) in self.analytics.items():
-            lv = [host, model, pid]
+            lv = [host, model, pid, *self._pid_values(host, pid)]
             for fam, col in ((kar, "kar"), (lts, "launch_tax"), (act, "gpu_active_ratio")):
                 if r.get(col) is not None:
                     fam.add_metric(lv, float(r[col]))
@@ -261,7 +320,7 @@ class PromState:
         yield from (kar, lts, sii, act, lat, att, nodes, kpi, src, its, spans, ktime)
 
     def _collect_sched(self) -> Iterator[Metric]:
-        lab = ["host", "pid", "comm"]
+        lab = ["host", "pid", "comm", *self._pid_labels()]
         wait = counter_family("aaco_sched_runqueue_wait_seconds", lab)
         cpu = counter_family("aaco_sched_cpu_seconds", lab)
         cs = counter_family("aaco_sched_context_switches", [*lab, "kind"])
@@ -269,7 +328,7 @@ class PromState:
         pf = counter_family("aaco_sched_page_faults", [*lab, "kind"])
         hist = histogram_family("aaco_sched_runqueue_latency_seconds", lab)
         for (host, pid), s in self.sched.items():
-            lv = [host, pid, s.comm]
+            lv = [host, pid, s.comm, *self._pid_values(host, pid)]
             wait.add_metric(lv, s.wait_ns / 1e9)
             cpu.add_metric(lv, s.run_ns / 1e9)
             cs.add_metric([*lv, "voluntary"], s.vol)
@@ -285,11 +344,13 @@ class PromState:
                 buckets.append(("+Inf", acc))
                 hist.add_metric(lv, buckets, s.hist_sum_ns / 1e9)
         yield from (wait, cpu, cs, mig, pf, hist)
-        info = gauge_family("aaco_watched_process_info", ["host", "pid", "comm", "reason"])
+        info = gauge_family("aaco_watched_process_info",
+                            ["host", "pid", "comm", "reason", *self._pid_labels()])
         for host, (_, rows) in sorted(self.processes.items()):
             for r in rows:
                 info.add_metric([host, str(r["pid"]), comm_label(r["comm"]),
-                                 str(r["reason"])[:32]], 1.0)
+                                 str(r["reason"])[:32], *self._pid_values(host, str(r["pid"]))],
+                                1.0)
         yield info
 
     def _collect_gauges(self) -> Iterator[Metric]:
@@ -298,6 +359,8 @@ class PromState:
         names: dict[str, set[str]] = {}
         for (name, _, _, labels) in self.gauges:
             names.setdefault(name, set()).update(k for k, _ in labels)
+            if self.k8s:  # the GPU's holder, looked up now (it changes, the gauge key not)
+                names[name].update(POD_LABELS)
         fams: dict[str, Metric] = {}
         for (name, kind, metric, labels), (_, value, unit) in sorted(self.gauges.items()):
             lab = sorted(names[name])
@@ -310,6 +373,8 @@ class PromState:
                        else GaugeMetricFamily(name, doc, labels=lab))
                 fams[name] = fam
             d = dict(labels)
+            if self.k8s:
+                d.update(zip(POD_LABELS, self._gpu_values(d.get("host", ""), d), strict=True))
             fam.add_metric([d.get(k, "") for k in lab], value)  # type: ignore[attr-defined]
         yield from fams.values()
 
@@ -329,15 +394,17 @@ class PromState:
             if r["last_change_ns"] is not None:
                 last.add_metric(lv, r["last_change_ns"] / 1e9)
         yield from (det, ev, last)
-        blab = ["host", "model", "pid", "class"]
+        extra = self._pid_labels()
+        blab = ["host", "model", "pid", *extra, "class"]
         conf = gauge_family("aaco_bottleneck_confidence", blab)
         info = gauge_family("aaco_bottleneck_info", blab)
         for (host, model, pid), (_, r) in sorted(self.bottleneck.items()):
             # Label values use underscores (launch_bound); the verdict JSON keeps
             # the taxonomy's own spelling (launch-bound).
+            pv = self._pid_values(host, pid)
             for c, sc in zip(r["classes"], r["scores"], strict=True):
-                conf.add_metric([host, model, pid, c.replace("-", "_")], float(sc))
-            info.add_metric([host, model, pid, r["label"].replace("-", "_")], 1.0)
+                conf.add_metric([host, model, pid, *pv, c.replace("-", "_")], float(sc))
+            info.add_metric([host, model, pid, *pv, r["label"].replace("-", "_")], 1.0)
         yield from (conf, info)
 
 

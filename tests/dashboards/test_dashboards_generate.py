@@ -105,13 +105,14 @@ def test_panel_ids_are_unique_and_layout_fits_grid() -> None:
 
 
 def test_template_variables_present() -> None:
-    """Dashboards define datasource, host, model and gpu variables where they filter by them."""
+    """Dashboards define datasource, host, model and gpu variables where they filter by them,
+    and the workload and GPU dashboards the Kubernetes namespace and pod variables."""
     variables = {
         name: {v["name"] for v in d["templating"]["list"]} for name, d in _committed().items()
     }
     assert all("datasource" in v for v in variables.values())
-    assert {"host", "model"} <= variables["aaco-model.json"]
-    assert {"host", "gpu"} <= variables["aaco-gpu.json"]
+    assert {"host", "model", "namespace", "pod"} <= variables["aaco-model.json"]
+    assert {"host", "gpu", "namespace", "pod"} <= variables["aaco-gpu.json"]
     assert "host" in variables["aaco-fleet.json"]
     for name, d in _committed().items():
         defined = {v["name"] for v in d["templating"]["list"]}

@@ -93,6 +93,28 @@ def test_daemonset_has_host_pid_capabilities_and_gpu_mounts() -> None:
     assert "--metrics-addr" in container["args"]
 
 
+def test_daemonset_mounts_pod_resources_socket_and_log_links_read_only() -> None:
+    """Pod attribution: the k8s collector is on, the kubelet pod-resources
+    directory and /var/log/containers are mounted read-only, NODE_NAME comes
+    from the downward API, and no ServiceAccount token is mounted (no RBAC)."""
+    ds = _by_kind("DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = container["args"]
+    assert args[args.index("--collector") + 1] == "k8s"
+    host_paths = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    for path in ("/var/lib/kubelet/pod-resources", "/var/log/containers"):
+        (name,) = [n for n, p in host_paths.items() if p == path]
+        assert mounts[name]["mountPath"] == path and mounts[name]["readOnly"] is True
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert pod["automountServiceAccountToken"] is False
+    (endpoint,) = _by_kind("ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["honorLabels"] is True  # else pod/namespace become exported_pod/...
+    assert not [d for d in _k8s_objects() if d.get("kind") in ("Role", "ClusterRole")]
+
+
 def test_service_and_servicemonitor_select_the_exporter_pods() -> None:
     """The Service selects the DaemonSet's pods and the ServiceMonitor scrapes its metrics port."""
     ds, svc, sm = _by_kind("DaemonSet"), _by_kind("Service"), _by_kind("ServiceMonitor")

@@ -27,6 +27,14 @@ have data as well.
 eBPF: when the daemon's sched collector reports the ``ebpf`` source (root with
 bcc, as on CI) the runqueue latency panel must have data; with the /proc source
 it may be empty.
+
+Kubernetes: the ``k8s`` collector runs against a fake kubelet (the real
+podresources v1 proto on a unix socket) that gives container ``server`` of pod
+``ml/magika-0`` GPU ``0000:03:00.0`` (index 0 of a synthetic amdgpu sysfs
+list), a log-link directory naming that container, and a synthetic
+``proc_root`` whose ``<daemon pid>/cgroup`` puts the daemon (which runs the
+model) in that container. So the ``namespace`` and ``pod`` dashboard variables
+and the per-namespace alert's selectors must return data too.
 """
 
 from __future__ import annotations
@@ -53,6 +61,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.collectors.k8s.fake_kubelet import FakeKubelet
 from tests.support import load_path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -246,6 +255,35 @@ def _wait(what: str, cond: Callable[[], object], timeout: float, log: Path | Non
     pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}\n{tail}")
 
 
+K8S_CID = "5e" * 32
+K8S_UID = "4b1d2c3e-5f60-4a7b-8c9d-0e1f2a3b4c5d"
+
+
+def _k8s_config(tmp: Path) -> tuple[Path, Path, Path]:
+    """``(aaco.toml, kubelet socket, proc root)`` for the k8s collector (see the
+    module doc); the proc root gets the daemon's cgroup once its pid is known."""
+    logs, sysfs, proc = tmp / "containers", tmp / "sys", tmp / "proc"
+    logs.mkdir()
+    (logs / f"magika-0_ml_server-{K8S_CID}.log").write_text("")
+    (sysfs / "module/amdgpu/drivers/pci:amdgpu/0000:03:00.0").mkdir(parents=True)
+    proc.mkdir()
+    sock = tmp / "kubelet.sock"
+    cfg = tmp / "aaco.toml"
+    cfg.write_text(
+        f'[collectors.k8s]\nsocket = "{sock}"\nlog_dir = "{logs}"\nsysfs_root = "{sysfs}"\n'
+        f'proc_root = "{proc}"\ninterval_s = 1.0\n'
+    )
+    return cfg, sock, proc
+
+
+def _place_in_pod(proc_root: Path, pid: int) -> None:
+    (proc_root / str(pid)).mkdir()
+    (proc_root / str(pid) / "cgroup").write_text(
+        f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
+        f"{K8S_UID.replace('-', '_')}.slice/cri-containerd-{K8S_CID}.scope\n"
+    )
+
+
 def _prometheus_config(tmp: Path, metrics_port: int) -> Path:
     config = {
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
@@ -326,10 +364,12 @@ def test_every_panel_variable_and_rule_query_returns_data_from_live_daemon(
 
     metrics_port, prom_port = _free_port(), _free_port()
     daemon_log, prom_log = tmp_path / "daemon.log", tmp_path / "prometheus.log"
+    k8s_cfg, kubelet_sock, proc_root = _k8s_config(tmp_path)
     daemon_argv = [
         sys.executable, "-m", "exporter.cli", "run", "--model", "magika",
         "--metrics-addr", f"127.0.0.1:{metrics_port}", "--window", "10",
         "--state-dir", str(tmp_path / "nats"), "--duration", "200",
+        "--config", str(k8s_cfg),
     ]  # fmt: skip
     prom_argv = [
         prometheus,
@@ -341,6 +381,8 @@ def test_every_panel_variable_and_rule_query_returns_data_from_live_daemon(
     failures: list[str] = []
 
     with (
+        FakeKubelet(kubelet_sock, {("ml", "magika-0", "server"): [("amd.com/gpu",
+                                                                 ["0000:03:00.0"])]}),
         _process(
             daemon_argv,
             daemon_log,
@@ -349,6 +391,7 @@ def test_every_panel_variable_and_rule_query_returns_data_from_live_daemon(
         ) as daemon,
         _process(prom_argv, prom_log, "prometheus") as prom_proc,
     ):
+        _place_in_pod(proc_root, daemon.pid)
 
         def daemon_warm() -> bool:
             if daemon.poll() is not None:

@@ -149,7 +149,7 @@ def test_every_dashboard_and_alert_query_uses_catalogued_names() -> None:
     known = set(catalogue.BY_PROM) | {
         m.prom_name + s for m in catalogue.CATALOGUE if m.kind == "histogram"
         for s in ("_bucket", "_sum", "_count")}
-    labels = {lab for m in catalogue.CATALOGUE for lab in m.labels}
+    labels = {lab for m in catalogue.CATALOGUE for lab in (*m.labels, *m.optional_labels)}
     used = set().union(*(_metric_names(e.replace(":", "_")) for e in exprs)) - labels
     assert used, "no query found"
     assert used - known - recorded == set()
