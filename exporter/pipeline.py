@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from prometheus_client import Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 
 from collectors.base import Collector
@@ -132,10 +132,38 @@ class Pipeline:
             drops.setdefault(reason, 0)
         yield counters_family("aaco_exporter_events_dropped",
                               "Bus messages or batches dropped, by reason", "reason", drops)
+        yield from self.outbox_metrics()
         if received is not None:
             yield counters_family("aaco_exporter_events_received",
                                   "Bus messages processed by analytics, by signal", "signal",
                                   received())
+
+    def outbox_metrics(self) -> Iterator[Metric]:
+        """``aaco_outbox_held_{messages,bytes}`` gauges and
+        ``aaco_outbox_dropped_messages_total{reason}`` (``outbox_full``,
+        ``spool_error``, ``rejected``, ``undelivered_at_exit``), plus counters
+        of late publishes: ``aaco_outbox_redelivered_messages_total`` and
+        ``aaco_outbox_already_stored_messages_total`` (ack lost, not re-sent)."""
+        if self.bus is None:
+            return
+        ob = self.bus.outbox
+        held = GaugeMetricFamily("aaco_outbox_held_messages",
+                                 "Messages held while the bus cannot take them", value=len(ob))
+        held_b = GaugeMetricFamily("aaco_outbox_held_bytes", "Bytes held in the outbox "
+                                   "(memory and spool)", value=ob.held_bytes)
+        drops = Counter(ob.dropped)
+        for reason in ("outbox_full", "spool_error", "rejected"):
+            drops.setdefault(reason, 0)
+        yield held
+        yield held_b
+        yield counters_family("aaco_outbox_dropped_messages",
+                              "Messages the outbox could not keep, by reason", "reason", drops)
+        yield CounterMetricFamily("aaco_outbox_redelivered_messages",
+                                  "Held messages published after the bus came back",
+                                  value=self.bus.redelivered)
+        yield CounterMetricFamily("aaco_outbox_already_stored_messages",
+                                  "Held messages found stored (acknowledgement lost), not re-sent",
+                                  value=self.bus.already_stored)
 
     def collector_drops(self) -> Counter[str]:
         """Drops the collectors counted themselves (bad rows, failed CLI calls),
