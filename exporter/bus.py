@@ -33,9 +33,7 @@ import asyncio
 import contextlib
 import logging
 import re
-import shutil
 import ssl
-import tempfile
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -175,13 +173,9 @@ class Bus:
         self.acked_seq = 0  # highest stream sequence acknowledged to this bus
         self.redelivered = 0  # held messages published after an outage
         self.already_stored = 0  # held messages found stored (ack lost), not re-sent
-        self._tmp_spool: str | None = None
-        if cfg.outbox_dir is not None:
-            spool = Path(cfg.outbox_dir)
-        else:
-            self._tmp_spool = tempfile.mkdtemp(prefix="aaco-outbox-")
-            spool = Path(self._tmp_spool)
-        self.outbox = Outbox(cfg.outbox_max_bytes, spool, cfg.outbox_memory_bytes)
+        self.outbox = Outbox(cfg.outbox_max_bytes,
+                             Path(cfg.outbox_dir) if cfg.outbox_dir else None,
+                             cfg.outbox_memory_bytes, temp_spool=cfg.outbox_dir is None)
         self._drainer: asyncio.Task[None] | None = None
         self._resync = False
         self._stored_ids: set[str] = set()
@@ -423,7 +417,7 @@ class Bus:
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._drainer
             if len(self.outbox):
-                if self._tmp_spool is None:
+                if self.cfg.outbox_dir is not None:
                     self.outbox.persist()
                     log.warning("outbox: %d messages (%d bytes) kept in %s for the next run",
                                 len(self.outbox), self.outbox.held_bytes, self.cfg.outbox_dir)
@@ -435,5 +429,4 @@ class Bus:
                 finally:
                     await self.nc.close()
         finally:
-            if self._tmp_spool is not None:
-                shutil.rmtree(self._tmp_spool, ignore_errors=True)
+            self.outbox.cleanup()

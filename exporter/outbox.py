@@ -12,7 +12,9 @@ new ones are spilled to a spool directory, one file per message
 temporary name and renamed, so a crash leaves whole files only. Messages are
 taken from memory first, then from the spool in file order; while the spool
 is non-empty every new message goes to the spool too, which keeps FIFO order.
-A persistent spool (the daemon's ``--state-dir``) is reloaded by the next
+A temporary spool (captures, replays, a daemon without ``--state-dir``) is
+made at the first spill and removed at exit. A persistent spool (the daemon's
+``--state-dir``, as ``STATE_DIR/outbox``) is reloaded by the next
 process (:meth:`Outbox.load`), and :meth:`Outbox.persist` writes the memory
 part there at exit, so nothing held is lost across a restart. Files are not
 fsynced: a process crash keeps them, a power loss may not.
@@ -33,7 +35,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import struct
+import tempfile
 from collections import Counter, deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,17 +72,23 @@ class Held:
 class Outbox:
     """A bounded FIFO of :class:`Held` messages, in memory then spilled to disk.
 
-    ``spool_dir=None`` keeps everything in memory (up to ``max_bytes``).
-    Not thread-safe: used from the bus's event loop only.
+    ``spool_dir=None`` keeps everything in memory (up to ``max_bytes``);
+    ``temp_spool=True`` spills to a temporary directory made at the first
+    spill and removed by :meth:`cleanup`. Not thread-safe: used from the
+    bus's event loop only.
     """
 
     def __init__(self, max_bytes: int, spool_dir: Path | None = None,
-                 memory_bytes: int = 8 << 20) -> None:
+                 memory_bytes: int = 8 << 20, temp_spool: bool = False) -> None:
         if max_bytes < 0 or memory_bytes < 0:
             raise ValueError("outbox sizes must be >= 0")
+        if temp_spool and spool_dir is not None:
+            raise ValueError("give spool_dir or temp_spool, not both")
         self.max_bytes = max_bytes
-        self.memory_bytes = max_bytes if spool_dir is None else min(memory_bytes, max_bytes)
+        spills = spool_dir is not None or temp_spool
+        self.memory_bytes = min(memory_bytes, max_bytes) if spills else max_bytes
         self.spool_dir = spool_dir
+        self._temp = temp_spool
         self._mem: deque[tuple[int, Held]] = deque()
         self._mem_bytes = 0
         self._disk: deque[tuple[int, int]] = deque()  # (seq, size) in file order
@@ -88,8 +98,6 @@ class Outbox:
         self.dropped: Counter[str] = Counter()
         self.spilled = 0  # messages written to the spool, ever
         self._logged: set[str] = set()
-        if spool_dir is not None:
-            spool_dir.mkdir(parents=True, exist_ok=True)
 
     def __len__(self) -> int:
         return len(self._mem) + len(self._disk)
@@ -120,8 +128,7 @@ class Outbox:
         if not self._disk and self._mem_bytes + size <= self.memory_bytes:
             self._mem.append((self._seq, m))
             self._mem_bytes += size
-        else:
-            assert self.spool_dir is not None  # without one, memory_bytes == max_bytes
+        else:  # without a spool memory_bytes == max_bytes, so this spills
             try:
                 self._write(self._seq, m)
             except OSError as e:
@@ -160,6 +167,10 @@ class Outbox:
         return self.spool_dir / f"{seq:016d}.msg"
 
     def _write(self, seq: int, m: Held) -> None:
+        if self.spool_dir is None:
+            assert self._temp
+            self.spool_dir = Path(tempfile.mkdtemp(prefix="aaco-outbox-"))
+        self.spool_dir.mkdir(parents=True, exist_ok=True)
         head = json.dumps({"subject": m.subject, "headers": m.headers,
                            "floor": m.floor}).encode()
         path = self._path(seq)
@@ -183,7 +194,7 @@ class Outbox:
         Call before the first :meth:`put`. A file that cannot be read is
         counted as dropped under ``spool_error`` and removed.
         """
-        if self.spool_dir is None:
+        if self.spool_dir is None or not self.spool_dir.is_dir():
             return 0
         for p in self.spool_dir.glob("*.tmp"):
             p.unlink(missing_ok=True)  # a write cut short by a crash
@@ -212,7 +223,7 @@ class Outbox:
         Memory messages are older than spooled ones and keep their sequence
         numbers, so the files stay in order. Without a spool nothing is kept.
         """
-        if self.spool_dir is None:
+        if self.spool_dir is None or self._temp:
             return 0
         n = 0
         while self._mem:
@@ -232,6 +243,12 @@ class Outbox:
         # keep the in-memory index in file order
         self._disk = deque(sorted(self._disk))
         return n
+
+    def cleanup(self) -> None:
+        """Remove a temporary spool (what it held must have been taken or cleared)."""
+        if self._temp and self.spool_dir is not None:
+            shutil.rmtree(self.spool_dir, ignore_errors=True)
+            self.spool_dir = None
 
     def clear(self, reason: str) -> int:
         """Drop everything held under ``reason``; returns the count."""

@@ -114,9 +114,8 @@ def test_an_unreadable_spool_file_is_dropped_as_spool_error(tmp_path: Path) -> N
 
 
 def test_a_spool_that_cannot_be_written_drops_as_spool_error(tmp_path: Path) -> None:
-    ob = Outbox(max_bytes=1 << 20, spool_dir=tmp_path / "spool", memory_bytes=0)
-    (tmp_path / "spool").rmdir()
     (tmp_path / "spool").write_text("a file, not a directory")
+    ob = Outbox(max_bytes=1 << 20, spool_dir=tmp_path / "spool", memory_bytes=0)
     assert not ob.put(_msg(0))
     assert ob.dropped == {"spool_error": 1} and len(ob) == 0
 
@@ -131,3 +130,19 @@ def test_min_floor_is_the_smallest_floor_of_attempted_messages(tmp_path: Path) -
     assert ob.min_floor == 5
     _take(ob)
     assert ob.min_floor is None
+
+
+def test_a_temporary_spool_is_made_at_the_first_spill_and_removed_by_cleanup() -> None:
+    """No directory until something spills; cleanup() removes it; messages in
+    a temporary spool are not kept by persist()."""
+    ob = Outbox(max_bytes=1 << 20, memory_bytes=250, temp_spool=True)
+    ob.put(_msg(0))
+    assert ob.spool_dir is None
+    ob.put(_msg(1))
+    ob.put(_msg(2))
+    spool = ob.spool_dir
+    assert spool is not None and len(list(spool.glob("*.msg"))) == ob.spilled > 0
+    assert ob.persist() == 0
+    assert _take(ob) == ["k:0", "k:1", "k:2"]
+    ob.cleanup()
+    assert not spool.exists()
