@@ -144,3 +144,40 @@ def test_past_the_cap_drops_are_counted_and_exported_by_reason(tmp_path: Path) -
         asyncio.run(go())
     finally:
         srv.stop()
+
+
+@pytest.mark.slow
+def test_what_is_held_at_exit_is_kept_in_the_state_spool_and_sent_by_the_next_run(
+        tmp_path: Path) -> None:
+    """A bus closed while the server is down writes its held messages to the
+    persistent spool (outbox_dir); the next Bus.open on that spool publishes
+    them, in order, once the server is back, and empties the spool."""
+    srv = EmbeddedNats(tmp_path / "nats", port=free_port())
+    srv.start()
+    spool = tmp_path / "state" / "outbox"
+
+    async def first() -> None:
+        bus = await Bus.open(srv.url, BusConfig(outbox_dir=str(spool)), "h")
+        await asyncio.to_thread(_kill, srv)
+        while bus.nc.is_connected:
+            await asyncio.sleep(0.02)
+        for i in range(4):
+            await bus.publish_table("iteration_span", _iters(3 * i, 3), f"p{i}")
+        await bus.close()
+        assert not bus.outbox.dropped
+
+    async def second() -> None:
+        bus = await Bus.open(srv.url, BusConfig(outbox_dir=str(spool)), "h")
+        assert await bus.flush_outbox(60) == 0
+        ids, firsts = await _stored(bus)
+        assert ids == [f"p{i}:0" for i in range(4)] and firsts == [0, 3, 6, 9]
+        await bus.close()
+
+    try:
+        asyncio.run(first())
+        assert len(list(spool.glob("*.msg"))) == 4
+        srv.start()
+        asyncio.run(second())
+        assert list(spool.glob("*.msg")) == []
+    finally:
+        srv.stop()
