@@ -307,6 +307,7 @@ class Bus:
             m = self.outbox.peek()
             assert m is not None
             floor = self.acked_seq
+            self.outbox.attempted(floor)  # before the await: a cancel may cut it short
             try:
                 if self._resync:
                     await self._find_stored()
@@ -339,8 +340,7 @@ class Bus:
                          self.redelivered, self.already_stored)
 
     async def _retry_later(self, floor: int, delay: float) -> None:
-        self.outbox.min_floor = floor if self.outbox.min_floor is None else min(
-            self.outbox.min_floor, floor)
+        self.outbox.attempted(floor)
         self._resync = True
         await asyncio.sleep(delay)
 

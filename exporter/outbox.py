@@ -14,10 +14,12 @@ taken from memory first, then from the spool in file order; while the spool
 is non-empty every new message goes to the spool too, which keeps FIFO order.
 A temporary spool (captures, replays, a daemon without ``--state-dir``) is
 made at the first spill and removed at exit. A persistent spool (the daemon's
-``--state-dir``, as ``STATE_DIR/outbox``) is reloaded by the next
-process (:meth:`Outbox.load`), and :meth:`Outbox.persist` writes the memory
-part there at exit, so nothing held is lost across a restart. Files are not
-fsynced: a process crash keeps them, a power loss may not.
+``--state-dir``, as ``STATE_DIR/outbox``) is reloaded by the next process
+(:meth:`Outbox.load`), and :meth:`Outbox.persist` writes the memory part
+there at exit, so nothing held is lost across a restart; it also writes the
+smallest ack floor of the held messages to the file ``floor`` (a publish
+may have been cut short at exit), which :meth:`Outbox.load` reads back.
+Files are not fsynced: a process crash keeps them, a power loss may not.
 
 Bound: ``max_bytes`` of payload plus headers in memory and spool together.
 A message that does not fit is dropped and counted in ``dropped`` under
@@ -32,6 +34,7 @@ which of them the stream stored although their acknowledgement was lost.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -45,6 +48,8 @@ from pathlib import Path
 log = logging.getLogger("aaco.outbox")
 
 NEVER_SENT = -1
+FLOOR_FILE = "floor"
+"""In the spool: the smallest ack floor of the held messages at :meth:`Outbox.persist`."""
 _LEN = struct.Struct(">I")
 
 
@@ -138,8 +143,12 @@ class Outbox:
             self._disk_bytes += size
             self.spilled += 1
         if m.floor != NEVER_SENT:
-            self.min_floor = m.floor if self.min_floor is None else min(self.min_floor, m.floor)
+            self.attempted(m.floor)
         return True
+
+    def attempted(self, floor: int) -> None:
+        """Note a publish attempt of a held message made at ack ``floor``."""
+        self.min_floor = floor if self.min_floor is None else min(self.min_floor, floor)
 
     def peek(self) -> Held | None:
         """The oldest message (read from the spool when memory is empty)."""
@@ -210,11 +219,13 @@ class Outbox:
             self._disk.append((seq, m.size))
             self._disk_bytes += m.size
             self._seq = max(self._seq, seq)
-            if m.floor != NEVER_SENT:
-                # another process's floor: a sequence of the same stream
-                self.min_floor = m.floor if self.min_floor is None else min(self.min_floor,
-                                                                            m.floor)
+            if m.floor != NEVER_SENT:  # another process's floor: a sequence of the same stream
+                self.attempted(m.floor)
             n += 1
+        with contextlib.suppress(OSError, ValueError):
+            self.attempted(int((self.spool_dir / FLOOR_FILE).read_text()))
+        if not n:
+            (self.spool_dir / FLOOR_FILE).unlink(missing_ok=True)
         return n
 
     def persist(self) -> int:
@@ -242,6 +253,9 @@ class Outbox:
             n += 1
         # keep the in-memory index in file order
         self._disk = deque(sorted(self._disk))
+        if self.min_floor is not None and self._disk:
+            with contextlib.suppress(OSError):
+                (self.spool_dir / FLOOR_FILE).write_text(str(self.min_floor))
         return n
 
     def cleanup(self) -> None:

@@ -96,7 +96,7 @@ def test_a_persistent_spool_survives_a_restart_in_order(tmp_path: Path) -> None:
     (spool / "0000000000000099.tmp").write_bytes(b"half a write")  # a crash mid-write
     again = Outbox(max_bytes=1 << 20, spool_dir=spool, memory_bytes=350)
     assert again.load() == 8
-    assert again.min_floor == 102
+    assert again.min_floor == 102  # the smallest floor in the files
     assert not list(spool.glob("*.tmp"))
     again.put(_msg(8))
     assert _take(again) == [f"k:{i}" for i in range(9)]
@@ -146,3 +146,14 @@ def test_a_temporary_spool_is_made_at_the_first_spill_and_removed_by_cleanup() -
     assert _take(ob) == ["k:0", "k:1", "k:2"]
     ob.cleanup()
     assert not spool.exists()
+
+
+def test_an_attempt_cut_short_at_exit_keeps_its_floor_across_a_restart(tmp_path: Path) -> None:
+    """A publish the drain began but never finished (attempted(), no failure
+    recorded) keeps its ack floor in the spool's ``floor`` file."""
+    ob = Outbox(max_bytes=1 << 20, spool_dir=tmp_path)
+    ob.put(_msg(0))  # held without an attempt
+    ob.attempted(50)  # the drain began publishing it when the process stopped
+    ob.persist()
+    again = Outbox(max_bytes=1 << 20, spool_dir=tmp_path)
+    assert again.load() == 1 and again.min_floor == 50
