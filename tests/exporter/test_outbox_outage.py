@@ -19,7 +19,7 @@ from exporter.natsserver import EmbeddedNats, free_port
 EXE = str(Path(sys.executable).parent / "aaco-exporter")
 ITERATIONS = 600  # ~20 ORT chunks of 30 iterations: several seconds of capture
 KILL_AFTER = 3  # kernel_span messages stored before the kill
-OUTAGE_S = 3.0  # longer than the stream's duplicate window (1 s below)
+OUTAGE_S = 8.0  # > the 1 s duplicate window, and > nats-py's 5 s publish timeout plus a chunk
 
 
 async def _kernel_messages(url: str) -> int:
