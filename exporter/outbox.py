@@ -127,7 +127,8 @@ class Outbox:
         """Append ``m``; ``False`` when it was dropped (cap or spool error)."""
         size = m.size
         if self.held_bytes + size > self.max_bytes:
-            self._drop("outbox_full", why=f"{self.held_bytes} bytes held, cap {self.max_bytes}")
+            self._drop("outbox_full", why=f"a {size}-byte message does not fit beside "
+                       f"{self.held_bytes} bytes held (cap {self.max_bytes})")
             return False
         self._seq += 1
         if not self._disk and self._mem_bytes + size <= self.memory_bytes:
