@@ -119,6 +119,12 @@ class Outbox:
                         "aaco_outbox_dropped_messages_total{reason=%r}, logged once",
                         reason, f": {why}" if why else "", reason)
 
+    def drop_reasons(self) -> dict[str, int]:
+        """``dropped`` with each reason prefixed ``outbox_`` (``outbox_full``
+        stays as is), for the exporter-wide drop counters."""
+        return {k if k.startswith("outbox_") else f"outbox_{k}": v
+                for k, v in self.dropped.items() if v}
+
     def drop(self, reason: str, n: int = 1, why: str = "") -> None:
         """Count ``n`` messages lost for ``reason`` (logged once per reason)."""
         self._drop(reason, n, why)

@@ -125,6 +125,8 @@ class Pipeline:
         if extra_drops is not None:
             drops.update(extra_drops())
         drops.update(self.collector_drops())
+        if self.bus is not None:  # so the events-dropped alert covers outbox losses too
+            drops.update(self.bus.outbox.drop_reasons())
         slow = CLIENT_ERRORS.get("SlowConsumerError", 0)
         if slow:
             drops["nats_slow_consumer"] = slow

@@ -98,10 +98,10 @@ class Session:
 
     def drops(self) -> dict[str, int]:
         """Drops by reason: analytics, bundle sink, pipeline and outbox
-        (``outbox_<reason>``)."""
+        (:meth:`exporter.outbox.Outbox.drop_reasons`)."""
         c = self.consumer
         out = c.drops + c.engine.drops + self.sink.drops + self.pipe.drops
-        out.update({f"outbox_{k}": v for k, v in self.bus.outbox.dropped.items() if v})
+        out.update(self.bus.outbox.drop_reasons())
         return dict(out)
 
     def outbox_stats(self) -> dict[str, Any]:

@@ -111,7 +111,8 @@ def test_a_stored_message_whose_ack_was_lost_is_not_doubled_after_a_long_outage(
 @pytest.mark.slow
 def test_past_the_cap_drops_are_counted_and_exported_by_reason(tmp_path: Path) -> None:
     """With the server down and a cap of two messages, the third and later are
-    dropped as outbox_full, shown on aaco_outbox_dropped_messages_total; the
+    dropped as outbox_full, shown on aaco_outbox_dropped_messages_total (and
+    as outbox_full on aaco_exporter_events_dropped_total); the
     two held ones are published after the restart."""
     srv = EmbeddedNats(tmp_path / "nats", port=free_port())
     srv.start()
@@ -134,6 +135,9 @@ def test_past_the_cap_drops_are_counted_and_exported_by_reason(tmp_path: Path) -
         dropped = {s.labels["reason"]: s.value
                    for s in fams["aaco_outbox_dropped_messages"].samples}
         assert dropped == {"outbox_full": 3, "spool_error": 0, "rejected": 0}
+        events = {s.labels["reason"]: s.value
+                  for s in fams["aaco_exporter_events_dropped"].samples}
+        assert events["outbox_full"] == 3  # AacoEventsDropped fires on it too
         await asyncio.to_thread(srv.start)
         assert await bus.flush_outbox(60) == 0
         ids, _ = await _stored(bus)
