@@ -179,6 +179,7 @@ class Bus:
         self._drainer: asyncio.Task[None] | None = None
         self._resync = False
         self._stored_ids: set[str] = set()
+        self._resync_errors: set[str] = set()  # logged once each
 
     @classmethod
     async def open(
@@ -308,10 +309,19 @@ class Bus:
             assert m is not None
             floor = self.acked_seq
             self.outbox.attempted(floor)  # before the await: a cancel may cut it short
-            try:
-                if self._resync:
+            if self._resync:
+                try:
                     await self._find_stored()
-                    self._resync = False
+                except Exception as e:  # not back yet, or the stream cannot be read yet
+                    if type(e).__name__ not in self._resync_errors:
+                        self._resync_errors.add(type(e).__name__)
+                        log.warning("outbox: cannot check the stream yet (%s: %s); retrying",
+                                    type(e).__name__, e)
+                    await self._retry_later(floor, delay)
+                    delay = min(2.0, delay * 2)
+                    continue
+                self._resync = False
+            try:
                 if m.msg_id and m.msg_id in self._stored_ids:
                     self.already_stored += 1
                     self.outbox.pop()

@@ -158,11 +158,18 @@ class Outbox:
         self.min_floor = floor if self.min_floor is None else min(self.min_floor, floor)
 
     def peek(self) -> Held | None:
-        """The oldest message (read from the spool when memory is empty)."""
+        """The oldest message (read from the spool when memory is empty).
+
+        A spool file that cannot be read is dropped as ``spool_error``.
+        """
         if self._mem:
             return self._mem[0][1]
-        if self._disk:
-            return self._read(self._disk[0][0])
+        while self._disk:
+            try:
+                return self._read(self._disk[0][0])
+            except (OSError, ValueError, KeyError, struct.error) as e:
+                self._drop("spool_error", why=f"{self._path(self._disk[0][0])}: {e}")
+                self.pop()
         return None
 
     def pop(self) -> None:

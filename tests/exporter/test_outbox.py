@@ -157,3 +157,13 @@ def test_an_attempt_cut_short_at_exit_keeps_its_floor_across_a_restart(tmp_path:
     ob.persist()
     again = Outbox(max_bytes=1 << 20, spool_dir=tmp_path)
     assert again.load() == 1 and again.min_floor == 50
+
+
+def test_a_spool_file_lost_while_held_is_dropped_as_spool_error(tmp_path: Path) -> None:
+    """peek() skips a spooled message whose file vanished, counting it."""
+    ob = Outbox(max_bytes=1 << 20, spool_dir=tmp_path, memory_bytes=0)
+    for i in range(3):
+        ob.put(_msg(i))
+    (tmp_path / "0000000000000002.msg").unlink()
+    assert _take(ob) == ["k:0", "k:2"]
+    assert ob.dropped == {"spool_error": 1} and ob.held_bytes == 0
