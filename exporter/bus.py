@@ -18,6 +18,20 @@ creates a new stream with one replica and keeps an existing stream's count.
 A change the server refuses (a single server, too few peers) is logged once
 and the stream keeps its count.
 
+Publishing through outages: a message whose publish fails (server down,
+restarting, no acknowledgement in time) goes to the bus's
+:class:`exporter.outbox.Outbox` and every later message queues behind it; a
+background task publishes them in order once the connection is back. Before
+it does, it makes the redelivery exact even after an outage longer than the
+stream's duplicate window (:meth:`Bus._find_stored`): it sends a barrier the
+stream must reject (``Nats-Expected-Stream`` set to a name no stream has), so
+every message this connection sent earlier has been stored or refused, then
+reads the ``Nats-Msg-Id`` headers the stream stored since the smallest
+acknowledged sequence the held messages saw before their first attempt (an
+ephemeral headers-only consumer), and skips held messages already stored.
+This holds for one server (or one stream leader); across a leader change the
+duplicate window still applies.
+
 Errors: :class:`BusError` when the server cannot be reached after the bounded
 retries (the message names the URL and the last error).
 """
@@ -25,28 +39,36 @@ retries (the message names the URL and the last error).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import ssl
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import nats
+import nats.errors
 import pyarrow as pa
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    PubAck,
     RetentionPolicy,
     StorageType,
     StreamConfig,
     StreamInfo,
     SubjectTransform,
 )
-from nats.js.errors import APIError, NotFoundError
+from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
 from collectors.base import Emit
 from exporter import schema
+from exporter.outbox import Held, Outbox
 
 log = logging.getLogger("aaco.bus")
 
@@ -83,6 +105,10 @@ class BusConfig:
     max_payload_bytes: int = 900_000
     partitions: int = 1  # >1: the stream appends a partition(N, host) subject token
     stream_replicas: int | None = None  # None: 1 for a new stream, an existing one keeps its own
+    outbox_max_bytes: int = 256 << 20  # messages held while the bus is down, bytes
+    outbox_dir: str | None = None  # persistent spool; None: a temporary one
+    outbox_memory_bytes: int = 8 << 20  # held in memory before spilling to the spool
+    outbox_drain_timeout_s: float = 60.0  # flush_outbox's wait at the end of a session
     extra: dict[str, object] = field(default_factory=dict)
 
     def tls_context(self) -> ssl.SSLContext | None:
@@ -93,6 +119,12 @@ class BusConfig:
             ctx.load_cert_chain(self.tls_cert, self.tls_key)
         return ctx
 
+
+BARRIER_STREAM = "__aaco_outbox_barrier__"
+"""Expected-stream name of the resync barrier; no stream has it, so it is never stored."""
+TRANSIENT = (nats.errors.Error, OSError, TimeoutError)
+"""Publish failures that mean "not now" (the message is held); a JetStream API
+error other than 503 is a refusal and is dropped as ``rejected``."""
 
 _last_error: list[Exception] = []
 CLIENT_ERRORS: Counter[str] = Counter()
@@ -166,6 +198,16 @@ class Bus:
         self.replicas = cfg.stream_replicas or 1
         """The stream's replica count (known after :meth:`ensure_stream`); the
         analytics KV bucket and durable consumers use it too."""
+        self.acked_seq = 0  # highest stream sequence acknowledged to this bus
+        self.redelivered = 0  # held messages published after an outage
+        self.already_stored = 0  # held messages found stored (ack lost), not re-sent
+        self.outbox = Outbox(cfg.outbox_max_bytes,
+                             Path(cfg.outbox_dir) if cfg.outbox_dir else None,
+                             cfg.outbox_memory_bytes, temp_spool=cfg.outbox_dir is None)
+        self._drainer: asyncio.Task[None] | None = None
+        self._resync = False
+        self._stored_ids: set[str] = set()
+        self._resync_errors: set[str] = set()  # logged once each
 
     @classmethod
     async def open(
@@ -174,6 +216,12 @@ class Bus:
         """Connect to ``url`` and make sure the stream exists."""
         bus = cls(await connect(url, cfg), cfg, host, session)
         await bus.ensure_stream()
+        n = bus.outbox.load()
+        if n:
+            log.info("outbox: %d messages left in %s by an earlier run; publishing them",
+                     n, cfg.outbox_dir)
+            bus._resync = True
+            bus._kick()
         return bus
 
     async def ensure_stream(self) -> None:
@@ -279,7 +327,7 @@ class Bus:
             max_bytes=self.cfg.max_payload_bytes,
             session=self.session,
         ):
-            await self.js.publish(msg.subject, msg.payload, headers=msg.headers)
+            await self._send(msg)
             n += 1
         self.published_messages += n
         self.published_rows += table.num_rows
@@ -292,9 +340,182 @@ class Bus:
             n += await self.publish_table(e.signal, e.batch, e.key)
         return n
 
-    async def close(self) -> None:
-        if not self.nc.is_closed:
+    async def _send(self, msg: schema.Message) -> None:
+        """Publish one message, or hold it (in order) when the bus cannot take it."""
+        if len(self.outbox) or not self.nc.is_connected:
+            self._hold(Held(msg.subject, dict(msg.headers), msg.payload))
+            return
+        floor = self.acked_seq
+        try:
+            ack = await self.js.publish(msg.subject, msg.payload, headers=msg.headers)
+        except APIError as e:
+            if not isinstance(e, ServiceUnavailableError):
+                self.outbox.drop("rejected", why=f"{msg.subject}: {e}")
+                return
+            self._failed(Held(msg.subject, dict(msg.headers), msg.payload, floor), e)
+        except TRANSIENT as e:
+            self._failed(Held(msg.subject, dict(msg.headers), msg.payload, floor), e)
+        else:
+            self._acked(ack)
+
+    def _acked(self, ack: PubAck) -> None:
+        if ack.seq is not None and ack.seq > self.acked_seq:
+            self.acked_seq = int(ack.seq)
+
+    def _failed(self, m: Held, e: BaseException) -> None:
+        if not len(self.outbox):
+            log.warning("publish failed (%s: %s); holding messages in the outbox until the "
+                        "bus is back", type(e).__name__, e)
+        self._resync = True
+        self._hold(m)
+
+    def _hold(self, m: Held) -> None:
+        if self.outbox.put(m):
+            self._kick()
+
+    def _kick(self) -> None:
+        if self._drainer is None or self._drainer.done():
+            self._drainer = asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        """Publish the held messages in order once connected (the outbox task)."""
+        delay = 0.1
+        while len(self.outbox) and not self.nc.is_closed:
+            if not self.nc.is_connected:
+                await asyncio.sleep(0.1)
+                continue
+            m = self.outbox.peek()
+            assert m is not None
+            floor = self.acked_seq
+            self.outbox.attempted(floor)  # before the await: a cancel may cut it short
+            if self._resync:
+                try:
+                    await self._find_stored()
+                except Exception as e:  # not back yet, or the stream cannot be read yet
+                    if type(e).__name__ not in self._resync_errors:
+                        self._resync_errors.add(type(e).__name__)
+                        log.warning("outbox: cannot check the stream yet (%s: %s); retrying",
+                                    type(e).__name__, e)
+                    await self._retry_later(floor, delay)
+                    delay = min(2.0, delay * 2)
+                    continue
+                self._resync = False
             try:
-                await self.nc.flush(timeout=2)
-            finally:
-                await self.nc.close()
+                if m.msg_id and m.msg_id in self._stored_ids:
+                    self.already_stored += 1
+                    self.outbox.pop()
+                    continue
+                ack = await self.js.publish(m.subject, m.payload, headers=m.headers)
+            except APIError as e:
+                if isinstance(e, ServiceUnavailableError):
+                    await self._retry_later(floor, delay)
+                    delay = min(2.0, delay * 2)
+                    continue
+                self.outbox.drop("rejected", why=f"{m.subject}: {e}")
+                self.outbox.pop()
+                continue
+            except TRANSIENT:
+                await self._retry_later(floor, delay)
+                delay = min(2.0, delay * 2)
+                continue
+            delay = 0.1
+            self._acked(ack)
+            self.redelivered += 1
+            self.outbox.pop()
+        if not len(self.outbox):
+            self._stored_ids.clear()
+            if self.redelivered or self.already_stored:
+                log.info("outbox drained: %d messages published late, %d already stored",
+                         self.redelivered, self.already_stored)
+
+    async def _retry_later(self, floor: int, delay: float) -> None:
+        self.outbox.attempted(floor)
+        self._resync = True
+        await asyncio.sleep(delay)
+
+    async def _find_stored(self) -> None:
+        """Add to ``_stored_ids`` the ids the stream stored above the held floor.
+
+        First a barrier: a publish the stream refuses (expected stream
+        :data:`BARRIER_STREAM`), answered only after the stream has processed
+        everything this connection sent before it (nats-py resends its
+        reconnect buffer first). Raises the transient errors of a bus that is
+        not back yet.
+        """
+        await self.ensure_stream()  # a server that lost its store gets the stream back
+        try:
+            await self.js.publish(f"{schema.SUBJECT_PREFIX}.outbox_barrier."
+                                  f"{schema.sanitize_token(self.host)}", b"", headers={},
+                                  stream=BARRIER_STREAM)
+        except ServiceUnavailableError:
+            raise
+        except APIError:
+            pass  # the expected refusal
+        floor = self.outbox.min_floor
+        if floor is None:
+            return
+        info = await self.js.stream_info(self.cfg.stream)
+        last, start = int(info.state.last_seq), max(floor + 1, int(info.state.first_seq))
+        if start > last:
+            return
+        sub = await self.js.pull_subscribe(
+            f"{schema.SUBJECT_PREFIX}.>", durable=None, stream=self.cfg.stream,
+            config=ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                                  opt_start_seq=start, ack_policy=AckPolicy.NONE,
+                                  headers_only=True, inactive_threshold=5.0))
+        seq = start - 1
+        try:
+            while seq < last:
+                try:
+                    msgs = await sub.fetch(min(1024, last - seq), timeout=2.0)
+                except (TimeoutError, nats.errors.TimeoutError):
+                    log.warning("outbox: stream scan stopped at %d of %d", seq, last)
+                    break
+                for msg in msgs:
+                    seq = max(seq, int(msg.metadata.sequence.stream))
+                    mid = (msg.headers or {}).get("Nats-Msg-Id")
+                    if mid:
+                        self._stored_ids.add(mid)
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        log.info("outbox: scanned stream sequences %d-%d for held messages already stored",
+                 start, seq)
+
+    async def flush_outbox(self, timeout_s: float | None = None) -> int:
+        """Wait until the outbox is empty (at most ``timeout_s``, default
+        ``cfg.outbox_drain_timeout_s``); returns the messages still held."""
+        task = self._drainer
+        if task is not None and not task.done():
+            t = self.cfg.outbox_drain_timeout_s if timeout_s is None else timeout_s
+            await asyncio.wait({task}, timeout=t)
+        return len(self.outbox)
+
+    async def close(self) -> None:
+        """Publish what is held (briefly), then close the connection.
+
+        What is still held afterwards is written to a persistent spool
+        (``cfg.outbox_dir``) for the next run, or else counted as dropped
+        under ``undelivered_at_exit``.
+        """
+        try:
+            if len(self.outbox) and self.nc.is_connected:
+                await self.flush_outbox(min(5.0, self.cfg.outbox_drain_timeout_s))
+            if self._drainer is not None and not self._drainer.done():
+                self._drainer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._drainer
+            if len(self.outbox):
+                if self.cfg.outbox_dir is not None:
+                    self.outbox.persist()
+                    log.warning("outbox: %d messages (%d bytes) kept in %s for the next run",
+                                len(self.outbox), self.outbox.held_bytes, self.cfg.outbox_dir)
+                else:
+                    self.outbox.clear("undelivered_at_exit")
+            if not self.nc.is_closed:
+                try:
+                    await self.nc.flush(timeout=2)
+                finally:
+                    await self.nc.close()
+        finally:
+            self.outbox.cleanup()

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
@@ -123,6 +124,10 @@ async def _capture(opts: CaptureOptions, bus_cfg: BusConfig,
     write_json(out / "metrics/derived_metrics.json", derived)
     derived["bottleneck"] = finish(out, sink, final or None).get("class")
     iters = sink.table("iteration_span")
+    recorded = {"iterations": iters.num_rows,
+                "kernels": sink.table("kernel_span").num_rows,
+                "kernels_expected": int(pc.sum(iters.column("kernel_count")).as_py() or 0)}
+    derived["shortfall"] = shortfall(opts.iterations, recorded, s.loss())
     write_json(out / "metrics/inference_summary.json",
                inference_summary(iters.column("duration_ns").to_numpy(), opts.warmup))
     write_json(out / "model/model_meta.json", {
@@ -141,8 +146,29 @@ async def _capture(opts: CaptureOptions, bus_cfg: BusConfig,
         "warmup": opts.warmup, "schema_version": schema.SCHEMA_VERSION,
         "nats": bus_cfg.url or "embedded", "rows": counts,
         "drops": s.drops(), "scheduler_source": sched.source,
+        "recorded": recorded, "shortfall": derived["shortfall"], "outbox": s.outbox_stats(),
     })
     return out, derived
+
+
+def shortfall(requested: int, recorded: dict[str, int], loss: str | None) -> str | None:
+    """``None`` for a complete capture, else one line saying what is missing.
+
+    Complete: ``requested`` iteration spans and, for them, exactly the kernel
+    spans their ``kernel_count`` says were published (``recorded`` holds the
+    ``iterations``, ``kernels`` and ``kernels_expected`` counted in the
+    bundle), and no message lost by the bus outbox (``loss``, from
+    :meth:`exporter.session.Session.loss`).
+    """
+    parts = []
+    if (recorded["iterations"] != requested
+            or recorded["kernels"] != recorded["kernels_expected"]):
+        parts.append(f"{requested} iterations requested, {recorded['iterations']} recorded "
+                     f"({recorded['kernels']} kernel spans recorded, "
+                     f"{recorded['kernels_expected']} published for them)")
+    if loss:
+        parts.append(loss)
+    return "; ".join(parts) or None
 
 
 def format_summary(d: dict[str, Any]) -> str:

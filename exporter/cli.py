@@ -34,6 +34,36 @@ ReplicasOpt = Annotated[int | None, typer.Option(
          "stream keeps its count")]
 
 
+OutboxOpt = Annotated[int, typer.Option(
+    "--outbox-max-bytes", min=0,
+    help="bytes of messages held (memory, then a disk spool) while the bus is down; past "
+         "it they are dropped and counted by reason")]
+DupWindowOpt = Annotated[float, typer.Option(
+    "--nats-duplicate-window", min=0.1,
+    help="seconds JetStream deduplicates a re-published message id (stream setting)")]
+OUTBOX_MAX_BYTES = BusConfig.outbox_max_bytes
+DUPLICATE_WINDOW_S = BusConfig.duplicate_window_s
+
+
+def _session_bus(nats: str | None, outbox_max_bytes: int, dup_window: float,
+                 replicas: int | None = None) -> BusConfig:
+    return BusConfig(url=nats, outbox_max_bytes=outbox_max_bytes,
+                     duplicate_window_s=dup_window, stream_replicas=replicas)
+
+
+def _finish(derived: dict[str, object], session: Path) -> None:
+    """Print the summary and the session; exit 2 when the result is partial."""
+    from exporter.capture import format_summary
+
+    typer.echo(format_summary(derived))
+    short = derived.get("shortfall")
+    if short:
+        typer.echo(f"aaco-exporter: error: incomplete session: {short}", err=True)
+    typer.echo(str(session))
+    if short:
+        raise typer.Exit(2)
+
+
 def _fail(msg: str) -> None:
     typer.echo(f"aaco-exporter: error: {msg}", err=True)
     raise typer.Exit(2)
@@ -143,17 +173,22 @@ def capture(
         help="ONNX Runtime execution providers in order, comma-separated (e.g. "
              "MIGraphXExecutionProvider,CPUExecutionProvider); default: the best available")
     ] = None,
+    outbox_max_bytes: OutboxOpt = OUTBOX_MAX_BYTES,
+    nats_duplicate_window: DupWindowOpt = DUPLICATE_WINDOW_S,
 ) -> None:
     """Bounded lab capture; prints the session directory as the last line.
 
     Either ``--model M`` (run an ONNX model under ONNX Runtime's profiler) or
     ``-- COMMAND ARGS`` (run a workload, under rocprofv3 when it is on PATH).
+    Exit status 2, after writing the bundle, when it is incomplete: fewer (or
+    more) iterations or kernel spans recorded than run, or messages the bus
+    outbox had to drop.
     """
     if bool(model) == bool(command):
         _fail("give either --model or -- COMMAND ARGS")
-    bus_cfg = BusConfig(url=nats, stream_replicas=_replicas(nats, stream_replicas))
+    bus_cfg = _session_bus(nats, outbox_max_bytes, nats_duplicate_window)
+    bus_cfg.stream_replicas = _replicas(nats, stream_replicas)
     if command:
-        from exporter.capture import format_summary
         from exporter.capture_cmd import capture_command
 
         try:
@@ -165,12 +200,11 @@ def capture(
             return
         if rc != 0:
             typer.echo(f"aaco-exporter: warning: {command[0]} exited with status {rc}", err=True)
-        typer.echo(format_summary(derived))
-        typer.echo(str(session))
+        _finish(derived, session)
         return
     assert model is not None
     from collectors.ort import InputError, ModelError
-    from exporter.capture import CaptureOptions, format_summary
+    from exporter.capture import CaptureOptions
     from exporter.capture import capture as run_capture
 
     opts = CaptureOptions(model=model, iterations=iterations, warmup=warmup, out=out,
@@ -183,8 +217,7 @@ def capture(
     except (ModelError, InputError, BusError, NatsServerError, BundleWriteError) as e:
         _fail(str(e))
         return
-    typer.echo(format_summary(derived))
-    typer.echo(str(session))
+    _finish(derived, session)
 
 
 @app.command()
@@ -205,7 +238,10 @@ def run(
         help="follow a Kineto (PyTorch profiler) trace dir, e.g. VLLM_TORCH_PROFILER_DIR")] = None,
     window: Annotated[float, typer.Option(help="analytics window, seconds")] = 30.0,
     duration: Annotated[float | None, typer.Option(help="stop after N seconds")] = None,
-    state_dir: Annotated[str | None, typer.Option(help="embedded NATS state dir")] = None,
+    state_dir: Annotated[str | None, typer.Option(
+        help="embedded NATS state dir; also the outbox spool (STATE_DIR/outbox)")] = None,
+    outbox_max_bytes: OutboxOpt = OUTBOX_MAX_BYTES,
+    nats_duplicate_window: DupWindowOpt = DUPLICATE_WINDOW_S,
     nats_creds: Annotated[str | None, typer.Option(help="NATS .creds file")] = None,
     nats_user: Annotated[str | None, typer.Option()] = None,
     nats_password: Annotated[str | None, typer.Option(envvar="AACO_NATS_PASSWORD")] = None,
@@ -311,6 +347,7 @@ def run(
     cfg = _bus_cfg(nats, nats_creds, nats_user, nats_password, nats_token, nats_tls_ca)
     cfg.tls_cert, cfg.tls_key = nats_tls_cert, nats_tls_key
     cfg.stream_replicas = _replicas(nats, stream_replicas)
+    cfg.outbox_max_bytes, cfg.duplicate_window_s = outbox_max_bytes, nats_duplicate_window
     opts.web_config, opts.otlp_bus = web_config_file, otlp_bus
     opts.analytics = with_analytics
     if host_name is not None:
@@ -355,23 +392,27 @@ def replay(
         "sessions"),
     nats: NatsOpt = None,
     stream_replicas: ReplicasOpt = None,
+    outbox_max_bytes: OutboxOpt = OUTBOX_MAX_BYTES,
+    nats_duplicate_window: DupWindowOpt = DUPLICATE_WINDOW_S,
 ) -> None:
-    """Push recorded rocprof/Kineto outputs through the bus and analytics."""
+    """Push recorded rocprof/Kineto outputs through the bus and analytics.
+
+    Exit status 2, after writing the bundle, when the bus outbox dropped messages.
+    """
     from collectors.rocprof.formats import UnknownFormat
-    from exporter.capture import format_summary
     from exporter.replay import NothingToReplay
     from exporter.replay import replay as run_replay
 
     try:
         session, derived, rejects = asyncio.run(run_replay(
-            paths, out, BusConfig(url=nats, stream_replicas=_replicas(nats, stream_replicas))))
+            paths, out, _session_bus(nats, outbox_max_bytes, nats_duplicate_window,
+                                     _replicas(nats, stream_replicas))))
     except (FileNotFoundError, UnknownFormat, NothingToReplay, BusError, NatsServerError,
             BundleWriteError) as e:
         _fail(str(e))
         return
-    typer.echo(format_summary(derived))
     typer.echo(f"rejected rows: {rejects.summary()}", err=True)
-    typer.echo(str(session))
+    _finish(derived, session)
 
 
 @app.command()

@@ -151,6 +151,8 @@ async def run_daemon(opts: DaemonOptions, bus_cfg: BusConfig,
     # A bad web config stops start-up before anything runs.
     web = load_web_config(Path(opts.web_config) if opts.web_config else None)
     pids: set[int] = set(opts.pids)
+    if opts.state_dir and bus_cfg.outbox_dir is None:  # held messages survive a restart
+        bus_cfg.outbox_dir = str(Path(opts.state_dir) / "outbox")
     pipe = Pipeline(opts.host, bus_cfg,
                     state_dir=Path(opts.state_dir) if opts.state_dir else None,
                     listen=opts.nats_listen)

@@ -26,7 +26,7 @@ from collectors.base import Collector
 from exporter import catalogue
 from exporter.bus import CLIENT_ERRORS, Bus, BusConfig
 from exporter.natsserver import EmbeddedNats
-from exporter.sinks.prometheus import counters_family, gauge_family
+from exporter.sinks.prometheus import counter_family, counters_family, gauge_family
 
 log = logging.getLogger("aaco.pipeline")
 
@@ -124,15 +124,43 @@ class Pipeline:
         if extra_drops is not None:
             drops.update(extra_drops())
         drops.update(self.collector_drops())
+        if self.bus is not None:  # so the events-dropped alert covers outbox losses too
+            drops.update(self.bus.outbox.drop_reasons())
         slow = CLIENT_ERRORS.get("SlowConsumerError", 0)
         if slow:
             drops["nats_slow_consumer"] = slow
         for reason in ("bad_payload", "schema_mismatch", "missing_header", "collector_error"):
             drops.setdefault(reason, 0)
         yield counters_family("aaco_exporter_events_dropped", "reason", drops)
+        yield from self.outbox_metrics()
         if received is not None:
             yield counters_family("aaco_exporter_events_received", "signal",
                                   received())
+
+    def outbox_metrics(self) -> Iterator[Metric]:
+        """``aaco_outbox_held_{messages,bytes}`` gauges and
+        ``aaco_outbox_dropped_messages_total{reason}`` (``outbox_full``,
+        ``spool_error``, ``rejected``, ``undelivered_at_exit``), plus counters
+        of late publishes: ``aaco_outbox_redelivered_messages_total`` and
+        ``aaco_outbox_already_stored_messages_total`` (ack lost, not re-sent)."""
+        if self.bus is None:
+            return
+        ob = self.bus.outbox
+        held = gauge_family("aaco_outbox_held_messages", [])
+        held.add_metric([], len(ob))
+        held_b = gauge_family("aaco_outbox_held_bytes", [])
+        held_b.add_metric([], ob.held_bytes)
+        drops = Counter(ob.dropped)
+        for reason in ("outbox_full", "spool_error", "rejected"):
+            drops.setdefault(reason, 0)
+        yield held
+        yield held_b
+        yield counters_family("aaco_outbox_dropped_messages", "reason", drops)
+        for name, value in (("aaco_outbox_redelivered_messages", self.bus.redelivered),
+                            ("aaco_outbox_already_stored_messages", self.bus.already_stored)):
+            fam = counter_family(name, [])
+            fam.add_metric([], value)
+            yield fam
 
     def collector_drops(self) -> Counter[str]:
         """Drops the collectors counted themselves (bad rows, failed CLI calls),

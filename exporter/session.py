@@ -79,7 +79,17 @@ class Session:
         return self.pipe.bus
 
     async def drain(self) -> None:
-        """Let analytics and the bundle sink read everything published."""
+        """Let analytics and the bundle sink read everything published.
+
+        First the outbox publishes what it held through an outage (at most
+        ``bus_cfg.outbox_drain_timeout_s``); what it could not is counted as
+        ``undelivered_at_exit`` in :meth:`loss`.
+        """
+        left = await self.bus.flush_outbox()
+        if left:
+            log.warning("outbox: %d messages still held after %.0f s; the bus is not back",
+                        left, self.bus_cfg.outbox_drain_timeout_s)
+            self.bus.outbox.clear("undelivered_at_exit")
         await self.consumer.drain()
         await self.sink.drain()
 
@@ -87,8 +97,29 @@ class Session:
         await self.pipe.close()
 
     def drops(self) -> dict[str, int]:
+        """Drops by reason: analytics, bundle sink, pipeline and outbox
+        (:meth:`exporter.outbox.Outbox.drop_reasons`)."""
         c = self.consumer
-        return dict(c.drops + c.engine.drops + self.sink.drops + self.pipe.drops)
+        out = c.drops + c.engine.drops + self.sink.drops + self.pipe.drops
+        out.update(self.bus.outbox.drop_reasons())
+        return dict(out)
+
+    def outbox_stats(self) -> dict[str, Any]:
+        """What the bus outbox did: messages published late (``redelivered``),
+        found already stored (``already_stored``), spilled to disk, dropped."""
+        b = self.bus
+        return {"redelivered": b.redelivered, "already_stored": b.already_stored,
+                "spilled": b.outbox.spilled, "dropped": dict(b.outbox.dropped)}
+
+    def loss(self) -> str | None:
+        """``None`` when nothing published was lost, else a line naming it:
+        messages the outbox dropped, by reason."""
+        d = {k: v for k, v in self.bus.outbox.dropped.items() if v}
+        if not d:
+            return None
+        why = ", ".join(f"{v} {k}" for k, v in sorted(d.items()))
+        return (f"the bus outbox dropped {sum(d.values())} messages ({why}); raise "
+                "--outbox-max-bytes or restore the bus sooner")
 
     def final_results(self) -> list[dict[str, Any]]:
         """The last analytics result of every key, most kernel spans first."""
@@ -120,6 +151,7 @@ class Session:
         write_json(out / "session.json", {
             "session_id": self.id, "host": self.host, "schema_version": schema.SCHEMA_VERSION,
             "nats": self.bus_cfg.url or "embedded", "rows": counts, "drops": self.drops(),
-            **info,
+            "shortfall": self.loss(), "outbox": self.outbox_stats(), **info,
         })
+        derived["shortfall"] = self.loss()
         return derived
