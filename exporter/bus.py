@@ -340,6 +340,12 @@ class Bus:
             n += await self.publish_table(e.signal, e.batch, e.key)
         return n
 
+    async def send(self, msg: schema.Message) -> None:
+        """Publish one already encoded message (:mod:`exporter.schema`) through
+        the outbox, like :meth:`publish_table` does for each of its messages."""
+        await self._send(msg)
+        self.published_messages += 1
+
     async def _send(self, msg: schema.Message) -> None:
         """Publish one message, or hold it (in order) when the bus cannot take it."""
         if len(self.outbox) or not self.nc.is_connected:

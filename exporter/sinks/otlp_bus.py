@@ -80,7 +80,7 @@ class OtlpBusBridge:
         msg = schema.encode_otlp("traces", req, host=host,
                                  msg_id=f"otlp-{self._run}-{next(self._seq)}")
         if len(msg.payload) <= bus.cfg.max_payload_bytes:
-            await bus.js.publish(msg.subject, msg.payload, headers=msg.headers)
+            await bus.send(msg)
             return 1
         if iters.num_rows > 1:
             half = iters.num_rows // 2
@@ -114,7 +114,7 @@ class OtlpBusBridge:
                 annotate_metrics(mreq, host, self.k8s)
                 msg = schema.encode_otlp("metrics", mreq, host=host,
                                          msg_id=f"otlp-{self._run}-{next(self._seq)}")
-                await bus.js.publish(msg.subject, msg.payload, headers=msg.headers)
+                await bus.send(msg)
                 n += 1
         self.published += n
         return n
