@@ -130,3 +130,13 @@ def test_roctx_node_ranges_attribute_real_kernel_rows() -> None:
     assert set(m["score"].to_pylist()) == {0.5}
     assert m["op_type"].to_pylist() == ["Add", "Sub"]
     assert set(m["method"].to_pylist()) == {"roctx"}
+
+
+def test_a_file_that_is_not_an_ort_profile_is_refused_naming_it(tmp_path: Path) -> None:
+    """ProfileError names the file for a JSON object instead of ORT's event array."""
+    from collectors.ort.profile import ProfileError
+
+    bad = tmp_path / "not_a_profile.json"
+    bad.write_text('{"traceEvents": []}')
+    with pytest.raises(ProfileError, match=r"not_a_profile\.json"):
+        from_ort_profile(bad, start_ns=0)
