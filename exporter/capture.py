@@ -23,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 
 from collectors.base import CollectorContext, available, create
 from exporter import schema
+from exporter.attribution_bundle import write_attribution
 from exporter.bundle_dir import BundleDir
 from exporter.bus import BusConfig
 from exporter.session import Session, gpu_collector
@@ -137,6 +138,7 @@ async def _capture(opts: CaptureOptions, bus_cfg: BusConfig,
         "op_histogram": graph.op_histogram, "provider": ort_c.source,
         "inputs": {k: list(v.shape) for k, v in ort_c.runner.feed.items()},  # type: ignore[attr-defined]
     })
+    derived["attribution"] = write_attribution(out, ort_c.runner)  # type: ignore[attr-defined]
     pq.write_table(graph.nodes, out / "model/graph_nodes.parquet")
     pq.write_table(graph.edges, out / "model/graph_edges.parquet")
     write_json(out / "env.json", env_info())

@@ -34,6 +34,8 @@ from collectors.rocprof.runner import (
 from exporter import schema
 from exporter.bundle_dir import BundleDir
 from exporter.bus import BusConfig
+from exporter.instrument.llm import ENV_DIR
+from exporter.llm_bundle import RAW, write_saved
 from exporter.session import Session, gpu_collector
 
 
@@ -107,7 +109,8 @@ async def _capture_command(cmd: Sequence[str], out_parent: Path, bus_cfg: BusCon
     clock = ClockMapper()
     try:
         t0 = time.time_ns()
-        child = await asyncio.create_subprocess_exec(*argv)
+        child = await asyncio.create_subprocess_exec(  # generate spans -> llm/ (docs/llm.md)
+            *argv, env={**os.environ, ENV_DIR: str(out / RAW)})
         pids.add(child.pid)
         await s.pipe.collect_once(sched)  # prime
         while child.returncode is None:
@@ -141,4 +144,7 @@ async def _capture_command(cmd: Sequence[str], out_parent: Path, bus_cfg: BusCon
                                          "rocprof_clock": clock.clock,
                                          "rocprof_clock_offset_ns": clock.offset_ns}, rejects,
                                  hip_api)
+    llm = write_saved(out)
+    if llm is not None:
+        derived["llm"] = llm
     return out, derived, rc

@@ -119,6 +119,7 @@ _D = ("host", "model", "stream", "series", "detector")
 _B = ("host", "model", "pid", "class")
 _G = ("host", "gpu_index", "gpu_uuid")
 _ENGINE = "stream_analytics/engine.py (analytics_result)"
+_LLM = "generate_span token steps (exporter/instrument/llm.py, stream_analytics/llm.py)"
 _SCHED = "sched_sample: /proc/<pid>/task/<tid>/schedstat, stat (proc) or sched tracepoints (ebpf)"
 _GPU = "gauge_sample from collectors/gpu (rocm-smi, amd-smi, sysfs, NVML); docs/gpu-gauges.md"
 
@@ -189,6 +190,15 @@ CATALOGUE: tuple[MetricDef, ...] = (
               "Kernel spans the last rocprofv3 --attach window recorded", "collectors/attach"),
     MetricDef("aaco.attach.windows", "counter", "{window}", ("host", "pid", "outcome"),
               "rocprofv3 --attach windows by outcome (ok, failed)", "collectors/attach"),
+    # -- LLM generate loops (exporter/instrument/llm.py -> stream_analytics/llm.py) --
+    MetricDef("aaco.llm.time_to_first_token", "histogram", "s", _A,
+              "Time from a generate call's start to its first token step", _LLM),
+    MetricDef("aaco.llm.inter_token_latency", "histogram", "s", _A,
+              "Time between consecutive token steps of a generate call", _LLM),
+    MetricDef("aaco.llm.output_tokens", "counter", "{token}", _A,
+              "Tokens emitted by generate calls (every sequence of a batch)", _LLM),
+    MetricDef("aaco.llm.tokens_per_second", "gauge", "{token}/s", _A,
+              "Output tokens / wall time of the latest generate call", _LLM),
     # -- verdicts ------------------------------------------------------------------
     MetricDef("aaco.drift.detected", "gauge", "", _D,
               "1 while the detector reports a change in the stream",

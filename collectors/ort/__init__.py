@@ -135,6 +135,8 @@ class ModelRunner:
         self.profile_dir.mkdir(parents=True, exist_ok=True)
         self.keep_profiles = profile_dir is not None
         self.next_iteration = 0
+        self.chunks: list[tuple[Path, int, int, int]] = []
+        """Kept profiles: ``(path, profiling start ns, warm-up runs, first iteration)``."""
         sess = self._session(profiling=False)
         self.feed = make_inputs(sess.get_inputs(), dims, fill)
         try:
@@ -143,9 +145,14 @@ class ModelRunner:
             raise InputError(f"{graph.path}: the model rejected generated inputs: {e}") from None
         self.provider = sess.get_providers()[0]
 
-    def _session(self, profiling: bool) -> ort.InferenceSession:
+    def session_options(self) -> ort.SessionOptions:
+        """The options every session of this runner gets (before profiling)."""
         so = ort.SessionOptions()
         so.intra_op_num_threads = self.intra_op_threads
+        return so
+
+    def _session(self, profiling: bool) -> ort.InferenceSession:
+        so = self.session_options()
         if profiling:
             so.enable_profiling = True
             so.profile_file_prefix = str(self.profile_dir / f"ort_profile_{uuid.uuid4().hex[:8]}")
@@ -172,6 +179,8 @@ class ModelRunner:
         )
         if not self.keep_profiles:
             path.unlink(missing_ok=True)
+        else:
+            self.chunks.append((path, start_ns, warmup, self.next_iteration))
         self.next_iteration += prof.iterations.num_rows
         return prof
 

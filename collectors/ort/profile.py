@@ -8,6 +8,10 @@ one event per line. Used events:
   the ONNX op type, ``args.provider`` the execution provider, ``pid``/``tid``
   the OS process and thread.
 * ``cat == "Session"`` and ``name == "model_run"``: one ``InferenceSession.run``.
+* ``cat == "Kernel"`` (GPU EPs built with ``--enable_cuda_profiling`` /
+  ``--enable_rocm_profiling``): one device kernel, listed after the ``Node``
+  event that launched it; ``args.parent_name`` names that node event when
+  ORT's GPU profiler could map it (read by :mod:`collectors.ort.attribution`).
 
 Absolute times are ``profiling_start_ns + ts * 1000`` where
 ``profiling_start_ns`` is ``InferenceSession.get_profiling_start_time_ns()``.
@@ -41,7 +45,8 @@ _EVENT = pa.schema(
         ("dur", pa.int64()),
         ("ts", pa.int64()),
         ("name", pa.string()),
-        ("args", pa.struct([("op_name", pa.string()), ("provider", pa.string())])),
+        ("args", pa.struct([("op_name", pa.string()), ("provider", pa.string()),
+                            ("parent_name", pa.string())])),
     ]
 )
 _SEP = re.compile(rb"\}\s*,\s*\n\s*\{")

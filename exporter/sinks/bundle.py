@@ -18,6 +18,10 @@ Bundle layout (one directory per session)::
     metrics/bottleneck.json          class, confidence, ranked evidence, recommendation
     metrics/drift_status.parquet     DRIFT_STATUS rows; bottleneck.parquet: BOTTLENECK rows
     profiler/kernel_stats.parquet    per kernel name: calls, total/avg/min/max ns
+    attribution/op_to_kernel_map.parquet  ONNX node -> kernel events, method, score
+    attribution/kernel_groups.parquet     kernels per node / op type / family
+    runtime/ort_config.json          providers, session options, node -> EP, PFI
+                                     (ORT captures; docs/attribution.md)
     trace.pftrace                    Perfetto trace (threads, iterations, GPU queues,
                                      counters, launch->kernel flows)
 """

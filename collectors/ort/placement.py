@@ -1,0 +1,181 @@
+"""Node -> execution-provider assignment of an ONNX Runtime session, and PFI.
+
+Assignment source: ORT's profiler ``Node`` events (``<node>_kernel_time``
+with ``args.provider``), the provider that actually ran each node, so a node
+ORT placed on the CPU because the preferred EP lacks a kernel for it shows up
+as ``CPUExecutionProvider``. Node names are those of ORT's *optimized* graph
+(fused or inserted nodes included), which :func:`optimized_graph` saves with
+``SessionOptions.optimized_model_filepath`` to get its data edges.
+
+PFI (partition fragmentation index) = partitions ÷ nodes, where
+
+* *nodes* is the number of distinct executed nodes with a provider, and
+* *partitions* is the number of weakly connected components of the graph
+  whose vertices are those nodes and whose edges are the data edges (producer
+  -> consumer of a tensor) joining two nodes **on the same provider**: a
+  partition is a maximal set of same-EP nodes connected through same-EP
+  edges, the unit ORT hands to one EP (its ``IndexedSubGraph``).
+
+Bounds: 1/nodes (the whole connected graph on one EP) <= PFI <= 1 (every
+node its own partition). A graph that is itself made of k disconnected
+pieces on one EP has PFI = k/nodes. ``ep_transitions`` counts provider
+changes along the execution order of one run (a topological order ORT
+chose): also 0 on a single EP.
+
+Errors: :class:`collectors.ort.profile.ProfileError` for a bad profile.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pyarrow.compute as pc
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+
+from collectors.ort.graph import Graph, ModelError, load_graph
+from collectors.ort.profile import read_events
+
+_KT = "_kernel_time"
+
+
+def assignment_from_profile(path: Path) -> tuple[dict[str, str], list[str]]:
+    """``({node: provider}, providers of the first run's nodes in execution order)``
+    from one ORT profile's ``Node`` events.
+
+    A node seen on two providers keeps the last one (ORT never moves a node
+    within a session).
+    """
+    ev = read_events(path)
+    is_run = pc.and_(pc.equal(ev["cat"], "Session"), pc.equal(ev["name"], "model_run"))
+    runs = ev.filter(is_run)
+    node = ev.filter(pc.fill_null(pc.and_(pc.equal(ev["cat"], "Node"),
+                                          pc.ends_with(ev["name"], _KT)), False))
+    names = pc.utf8_slice_codeunits(node["name"], 0, -len(_KT)).to_pylist()
+    provs = node["args"].combine_chunks().field("provider").to_pylist()
+    assign = {n: p for n, p in zip(names, provs, strict=True) if p}
+    seq: list[str] = []
+    if runs.num_rows:
+        first = int(np.argmin(runs["ts"].to_numpy()))
+        t0 = int(runs["ts"][first].as_py())
+        t1 = t0 + int(runs["dur"][first].as_py())
+        ts = np.asarray(node["ts"].to_numpy())
+        order = np.argsort(ts, kind="stable")
+        seq = [provs[i] for i in order if t0 <= ts[i] <= t1 and provs[i]]
+    return assign, seq
+
+
+def partitions(assign: Mapping[str, str], edges: Iterable[tuple[str, str]]) -> int:
+    """Weakly connected components of ``assign``'s nodes joined by same-provider
+    ``edges`` (``(src, dst)`` node names; edges naming other nodes are ignored)."""
+    names = sorted(assign)
+    idx = {n: i for i, n in enumerate(names)}
+    src, dst = [], []
+    for s, d in edges:
+        if s in idx and d in idx and assign[s] == assign[d]:
+            src.append(idx[s])
+            dst.append(idx[d])
+    n = len(names)
+    if n == 0:
+        return 0
+    g = coo_matrix((np.ones(len(src)), (np.array(src, np.int64), np.array(dst, np.int64))),
+                   shape=(n, n))
+    k, _ = connected_components(g, directed=True, connection="weak")
+    return int(k)
+
+
+def transitions(seq: Sequence[str]) -> int:
+    """Provider changes between consecutive nodes of ``seq``.
+
+    >>> transitions(["CPU", "CPU", "ROCM", "CPU"])
+    2
+    """
+    return sum(1 for a, b in pairwise(seq) if a != b)
+
+
+def pfi_summary(assign: Mapping[str, str], edges: Iterable[tuple[str, str]],
+                seq: Sequence[str]) -> dict[str, Any]:
+    """``nodes``, ``partitions``, ``pfi``, ``ep_transitions`` and nodes per provider.
+
+    >>> pfi_summary({"a": "X", "b": "CPU", "c": "X"}, [("a", "b"), ("b", "c")],
+    ...             ["X", "CPU", "X"])["pfi"]
+    1.0
+    """
+    n = len(assign)
+    k = partitions(assign, edges)
+    return {"nodes": n, "partitions": k, "pfi": (k / n) if n else None,
+            "ep_transitions": transitions(seq),
+            "nodes_per_provider": dict(sorted(Counter(assign.values()).items()))}
+
+
+def optimized_graph(model: Path, providers: list[str],
+                    options: ort.SessionOptions | None = None) -> tuple[Graph | None, str]:
+    """ORT's optimized graph of ``model`` for ``providers``, and where it came from.
+
+    Returns ``(graph, "optimized")``, or ``(None, reason)`` when ORT cannot
+    serialize it (EPs that compile subgraphs into opaque nodes refuse).
+    """
+    so = options or ort.SessionOptions()
+    with tempfile.TemporaryDirectory(prefix="aaco-opt-") as d:
+        path = Path(d) / "optimized.onnx"
+        so.optimized_model_filepath = str(path)
+        try:
+            ort.InferenceSession(str(model), so, providers=providers)
+            return load_graph(path), "optimized"
+        except (ModelError, RuntimeError, ort.capi.onnxruntime_pybind11_state.Fail) as e:
+            return None, f"optimized model not saved: {type(e).__name__}: {e}"
+
+
+def session_options(so: ort.SessionOptions) -> dict[str, Any]:
+    """The settable ``SessionOptions`` fields as JSON values."""
+    return {
+        "graph_optimization_level": str(so.graph_optimization_level).rsplit(".", 1)[-1],
+        "execution_mode": str(so.execution_mode).rsplit(".", 1)[-1],
+        "execution_order": str(so.execution_order).rsplit(".", 1)[-1],
+        "intra_op_num_threads": so.intra_op_num_threads,
+        "inter_op_num_threads": so.inter_op_num_threads,
+        "enable_cpu_mem_arena": so.enable_cpu_mem_arena,
+        "enable_mem_pattern": so.enable_mem_pattern,
+        "enable_mem_reuse": so.enable_mem_reuse,
+        "use_deterministic_compute": so.use_deterministic_compute,
+        "log_severity_level": so.log_severity_level,
+    }
+
+
+def ort_config(sess: ort.InferenceSession, assign: Mapping[str, str], seq: Sequence[str],
+               graph: Graph | None, graph_source: str) -> dict[str, Any]:
+    """``runtime/ort_config.json``: providers, session options, the node ->
+    provider assignment and its PFI (:func:`pfi_summary`).
+
+    ``graph`` gives the edges (ORT's optimized graph, else the ONNX model);
+    ``graph_source`` says which. Assigned nodes missing from ``graph`` count
+    as partitions of their own.
+    """
+    edges: list[tuple[str, str]] = []
+    if graph is not None:
+        edges = list(zip(graph.edges["src_node"].to_pylist(),
+                         graph.edges["dst_node"].to_pylist(), strict=True))
+        missing = sorted(set(assign) - set(graph.nodes["name"].to_pylist()))
+    else:
+        missing = sorted(assign)
+    return {
+        "onnxruntime_version": ort.__version__,
+        "available_providers": ort.get_available_providers(),
+        "providers": sess.get_providers(),
+        "provider_options": sess.get_provider_options(),
+        "session_options": session_options(sess.get_session_options()),
+        "assignment_source": "ort_profile Node events (args.provider)",
+        "graph_source": graph_source,
+        "nodes_not_in_graph": missing,
+        **pfi_summary(assign, edges, seq),
+        "assignment": dict(sorted(assign.items())),
+        "definitions": "docs/attribution.md",
+    }
+
