@@ -2,8 +2,9 @@
 
 Exit status: 0 on success, 1 for a regression verdict (``diff``), 2 for bad
 input (a missing or non-ONNX model, inputs that cannot be generated, an
-unreachable ``--nats`` URL). Errors are one clear line on stderr, never a
-traceback.
+unreachable ``--nats`` URL, a feature whose extra is not installed:
+:class:`~exporter.extras.MissingExtra`). Errors are one clear line on stderr,
+never a traceback.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import typer
 
 from exporter.bundle_dir import BundleWriteError
 from exporter.bus import BusConfig, BusError
+from exporter.extras import MissingExtra
 from exporter.natsserver import NatsServerError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -144,7 +146,7 @@ def capture(
             session, derived, rc = asyncio.run(
                 capture_command(command, out, BusConfig(url=nats), rocprofv3=rocprofv3))
         except (FileNotFoundError, PermissionError, BusError, NatsServerError,
-                BundleWriteError) as e:
+                BundleWriteError, MissingExtra) as e:
             _fail(str(e))
             return
         if rc != 0:
@@ -164,7 +166,8 @@ def capture(
                           providers=_providers(providers))
     try:
         session, derived = asyncio.run(run_capture(opts, BusConfig(url=nats)))
-    except (ModelError, InputError, BusError, NatsServerError, BundleWriteError) as e:
+    except (ModelError, InputError, BusError, NatsServerError, BundleWriteError,
+            MissingExtra) as e:
         _fail(str(e))
         return
     typer.echo(format_summary(derived))
@@ -322,11 +325,12 @@ def run(
         from exporter.sinks.otel_env import build_otlp_config
 
         opts.otlp = build_otlp_config(flags, os.environ, file_otlp)
-    except ValueError as e:
+    except (ValueError, MissingExtra) as e:
         _fail(str(e))
     try:
         asyncio.run(run_daemon(opts, cfg))
-    except (ModelError, InputError, BusError, NatsServerError, WebConfigError, OSError) as e:
+    except (ModelError, InputError, BusError, NatsServerError, WebConfigError, OSError,
+            MissingExtra) as e:
         _fail(str(e))
 
 
@@ -346,7 +350,7 @@ def replay(
     try:
         session, derived, rejects = asyncio.run(run_replay(paths, out, BusConfig(url=nats)))
     except (FileNotFoundError, UnknownFormat, NothingToReplay, BusError, NatsServerError,
-            BundleWriteError) as e:
+            BundleWriteError, MissingExtra) as e:
         _fail(str(e))
         return
     typer.echo(format_summary(derived))
@@ -363,7 +367,12 @@ def diff(
     """Compare two bundles; exit status 1 on a regression (for CI gates)."""
     from exporter.diff import main_diff
 
-    raise typer.Exit(main_diff(baseline, session, threshold))
+    try:
+        rc = main_diff(baseline, session, threshold)
+    except MissingExtra as e:
+        _fail(str(e))
+        return
+    raise typer.Exit(rc)
 
 
 @app.command()

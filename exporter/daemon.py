@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import PlatformCollector, ProcessCollector
 from prometheus_client.core import GaugeMetricFamily
@@ -34,13 +34,16 @@ from prometheus_client.core import GaugeMetricFamily
 from collectors.base import Collector, CollectorContext, available, create
 from exporter import schema
 from exporter.bus import BusConfig
+from exporter.extras import require
 from exporter.fleet import FLEET_SIGNALS, host_subjects
 from exporter.natsserver import DEFAULT_PORT
 from exporter.pipeline import Pipeline
-from exporter.sinks.otlp import OtlpConfig
 from exporter.sinks.prometheus import PromState
 from exporter.webconfig import load_web_config, serve_metrics
 from stream_analytics.consumer import AnalyticsConsumer
+
+if TYPE_CHECKING:  # the OpenTelemetry SDK is imported only when OTLP is on
+    from exporter.sinks.otlp import OtlpConfig
 
 log = logging.getLogger("aaco.daemon")
 VERSION = "0.1.0"
@@ -151,6 +154,8 @@ async def run_daemon(opts: DaemonOptions, bus_cfg: BusConfig,
     """Run until a signal or ``opts.duration_s``; never exits on bad input."""
     # A bad web config stops start-up before anything runs.
     web = load_web_config(Path(opts.web_config) if opts.web_config else None)
+    if opts.otlp_bus:  # so is a missing extra (MissingExtra, one line)
+        require("opentelemetry.proto", "otlp", "OTLP on the bus (--otlp-bus)")
     pids: set[int] = set(opts.pids)
     pipe = Pipeline(opts.host, bus_cfg,
                     state_dir=Path(opts.state_dir) if opts.state_dir else None,
