@@ -27,7 +27,7 @@ from typing import Any
 
 from exporter.extras import require
 
-FEATURE = "drift detectors page_hinkley and adwin"
+FEATURE = "drift detection with page_hinkley and adwin"
 """What the ``analytics`` extra's river is needed for (the MissingExtra text)."""
 _MODULES = {"ADWIN": "adwin", "PageHinkley": "page_hinkley"}
 _lock = threading.Lock()
