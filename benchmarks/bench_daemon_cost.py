@@ -143,7 +143,8 @@ def _idle_children(tmp: Path, n: int) -> list[subprocess.Popen[bytes]]:
     return [subprocess.Popen([str(exe), "100000"]) for _ in range(n)]
 
 
-def _daemon_leg(name: str, tree: Path, tmp: Path, args: argparse.Namespace) -> Figures:
+def _daemon_leg(name: str, tree: Path, tmp: Path, args: argparse.Namespace,
+                extra: tuple[str, ...] = ()) -> Figures:
     """Start the daemon of source tree ``tree``, wait until it sees everything,
     warm up, measure; always stops it (SIGTERM, then SIGKILL)."""
     conf = tmp / f"{name}.toml"
@@ -155,7 +156,7 @@ def _daemon_leg(name: str, tree: Path, tmp: Path, args: argparse.Namespace) -> F
     cmd = [sys.executable, "-c", "from exporter.cli import main; main()", "run",
            "--config", str(conf), "--watch", args.watch, "--watch-comm", f"^{IDLE_COMM}$",
            "--metrics-addr", f"127.0.0.1:{port}", "--nats-listen", f"127.0.0.1:{nats_port}",
-           "--state-dir", str(tmp / f"{name}-state"), "--log-level", "WARNING"]
+           "--state-dir", str(tmp / f"{name}-state"), "--log-level", "WARNING", *extra]
     log = open(tmp / f"{name}.log", "wb")  # noqa: SIM115 (closed in finally)
     popen = subprocess.Popen(cmd, cwd=tree, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -237,6 +238,8 @@ def main() -> int:
     ap.add_argument("--warmup", type=float, default=10.0, help="seconds after start-up")
     ap.add_argument("--procs", type=int, default=8, help="idle processes to watch")
     ap.add_argument("--baseline-ref", default="", help="git revision to compare with")
+    ap.add_argument("--flush-interval", type=float, default=0.0,
+                    help="also measure this tree with run --flush-interval N")
     ap.add_argument("--watch", choices=("none", "auto"), default="none",
                     help="none: exactly the idle children; auto: plus every process "
                          "auto-discovery picks on this machine (fd and maps scan of all)")
@@ -256,6 +259,11 @@ def main() -> int:
                 f = _daemon_leg(name, tree, tmp, args)
                 f.modules = _modules(tree)
                 legs.append(f)
+                if name == "this-tree" and args.flush_interval:
+                    f = _daemon_leg(f"flush-{args.flush_interval:g}s", tree, tmp, args,
+                                    ("--flush-interval", str(args.flush_interval)))
+                    f.modules = legs[-1].modules
+                    legs.append(f)
         finally:
             for k in kids:
                 k.kill()

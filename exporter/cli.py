@@ -190,6 +190,10 @@ def run(
     kineto_dir: Annotated[str | None, typer.Option(
         help="follow a Kineto (PyTorch profiler) trace dir, e.g. VLLM_TORCH_PROFILER_DIR")] = None,
     window: Annotated[float, typer.Option(help="analytics window, seconds")] = 30.0,
+    flush_interval: Annotated[float, typer.Option(
+        min=0.1, max=8.0, help="seconds between analytics flushes (results, checkpoint, "
+                               "acks; below the 10 s ack wait): longer costs less CPU, "
+                               "metrics move less often")] = 1.0,
     duration: Annotated[float | None, typer.Option(help="stop after N seconds")] = None,
     state_dir: Annotated[str | None, typer.Option(help="embedded NATS state dir")] = None,
     nats_creds: Annotated[str | None, typer.Option(help="NATS .creds file")] = None,
@@ -298,6 +302,7 @@ def run(
     cfg.tls_cert, cfg.tls_key = nats_tls_cert, nats_tls_key
     opts.web_config, opts.otlp_bus = web_config_file, otlp_bus
     opts.analytics = with_analytics
+    opts.flush_interval_s = flush_interval
     if host_name is not None:
         if not host_name.strip():
             _fail("--host must not be empty")

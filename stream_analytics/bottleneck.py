@@ -37,7 +37,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from stream_analytics import thresholds as T
 from stream_analytics.kernel_stats import busy_ns
@@ -403,6 +402,8 @@ def features_from_window(
 
 
 def _read(path: Path) -> pa.Table | None:
+    import pyarrow.parquet as pq  # bundles only: not in the daemon (~13 MB of RSS)
+
     return pq.read_table(path) if path.is_file() else None
 
 

@@ -3,7 +3,8 @@
 It pulls ``kernel_span``, ``iteration_span``, ``graph_info``,
 ``sched_sample`` and ``gauge_sample`` messages through a durable pull
 consumer and folds them into the engine. At most every ``flush_interval_s``
-(and whenever the stream goes idle) it publishes changed keys' results on
+(and whenever the stream goes idle, unless ``idle_flush=False``) it
+publishes changed keys' results on
 ``aaco.v1.analytics_result.<host>``, checkpoints, and only then
 acknowledges the inputs folded in since the last flush.
 
@@ -91,6 +92,7 @@ class AnalyticsConsumer:
         deliver_all: bool = True,
         session: str | None = None,
         flush_interval_s: float = 1.0,
+        idle_flush: bool = True,
         instance: int = 0,
         instances: int = 1,
         sched_keys: bool = False,
@@ -105,6 +107,7 @@ class AnalyticsConsumer:
         self.instance, self.instances = instance, instances
         self.bus = bus
         self.flush_interval_s = flush_interval_s
+        self.idle_flush = idle_flush
         self._unacked: list[Any] = []
         self._new: list[int] = []
         self._last_flush = 0.0
@@ -222,7 +225,10 @@ class AnalyticsConsumer:
         """Fetch and fold one batch; returns the number of messages fetched.
 
         Flushes (results, checkpoint, acks) when ``flush_interval_s`` has
-        passed, many messages await their ack, or nothing was fetched.
+        passed, many messages await their ack, or (with ``idle_flush``, the
+        default) nothing was fetched. Without ``idle_flush`` (the daemon) a
+        pause in the inputs waits for the interval too: collectors ticking at
+        different phases then cost one flush per interval, not one each.
         """
         try:
             msgs = await self._sub.fetch(self.batch, timeout=timeout)
@@ -230,7 +236,7 @@ class AnalyticsConsumer:
             msgs = []
         self._fold(msgs)
         now = asyncio.get_running_loop().time()
-        if self._unacked and (not msgs or len(self._unacked) >= 5_000
+        if self._unacked and ((not msgs and self.idle_flush) or len(self._unacked) >= 5_000
                               or now - self._last_flush >= self.flush_interval_s):
             await self.flush()
         elif (not msgs and self.engine.window_s is not None and self.engine.held_kernels()
