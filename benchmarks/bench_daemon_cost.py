@@ -11,6 +11,8 @@ Setup, the daemon as a node would run it without a model:
   (``collectors/gpu/testdata/smi_ok_synthetic.sh`` printing the real 4x MI100
   recording ``smi/telegraf/mi100_rocm602.json``) through ``[collectors.gpu]
   source = "rocm-smi"`` in a config file;
+* the scheduler collector on ``/proc`` (``--sched auto`` lets it pick eBPF,
+  which a baseline tree without ``.bcc-headers`` cannot: not comparable);
 * no model (no ORT), the embedded nats-server, analytics on, ``/metrics`` on
   a free port, scraped once every 15 s (a Prometheus default) during the run.
 
@@ -149,7 +151,7 @@ def _daemon_leg(name: str, tree: Path, tmp: Path, args: argparse.Namespace,
     warm up, measure; always stops it (SIGTERM, then SIGKILL)."""
     conf = tmp / f"{name}.toml"
     conf.write_text(f'[collectors.gpu]\nsource = "rocm-smi"\nrocm_smi = "{SMI}"\n'
-                    'interval_s = 1.0\n')
+                    f'interval_s = 1.0\n\n[collectors.sched]\nsource = "{args.sched}"\n')
     port, nats_port = _free_port(), _free_port()
     path = os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "PYTHONPATH": path, "SMI_FIXTURE": str(FIXTURE)}
@@ -238,6 +240,9 @@ def main() -> int:
     ap.add_argument("--warmup", type=float, default=10.0, help="seconds after start-up")
     ap.add_argument("--procs", type=int, default=8, help="idle processes to watch")
     ap.add_argument("--baseline-ref", default="", help="git revision to compare with")
+    ap.add_argument("--sched", choices=("proc", "auto"), default="proc",
+                    help="[collectors.sched] source: proc (default, the same in every "
+                         "tree and machine) or auto (eBPF where bcc and headers allow)")
     ap.add_argument("--flush-interval", type=float, default=0.0,
                     help="also measure this tree with run --flush-interval N")
     ap.add_argument("--watch", choices=("none", "auto"), default="none",
@@ -272,6 +277,12 @@ def main() -> int:
           f"--watch {args.watch}), "
           f"GPU gauges at 1 Hz (rocm-smi double, 4x MI100 recording), no model; "
           f"{args.seconds:.0f} s after {args.warmup:.0f} s warm-up; {os.cpu_count()} cores")
+    import importlib.util
+
+    extras = [m for m in ("aiohttp", "river", "onnxruntime", "opentelemetry")
+              if importlib.util.find_spec(m) is not None]
+    print(f"interpreter {sys.executable}; installed of note: {', '.join(extras) or 'none'} "
+          "(nats-py imports aiohttp when it is installed: kubernetes pulls it into .[dev])")
     print(f"{'leg':<14}{'cpu %':>8}{'daemon':>8}{'nats':>7}{'smi':>7}{'RSS MB':>8}"
           f"{'PSS MB':>8}{'d RSS':>8}{'n RSS':>7}{'watched':>8}{'modules':>8}{'others':>8}")
     for f in legs:
