@@ -42,6 +42,7 @@ bench: setup
 	$(PY) benchmarks/bench_capture_overhead.py
 	$(PY) benchmarks/bench_instrument.py
 	$(PY) benchmarks/bench_attribution.py
+	$(PY) benchmarks/bench_daemon_cost.py --baseline-ref fb47f91 --flush-interval 5
 	$(SUDO) $(PY) benchmarks/bench_sched_overhead.py
 
 ## docs/metrics.md's metric table, generated from exporter/catalogue.py (a test fails on drift).

@@ -23,7 +23,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 
 from collectors.base import CollectorContext, available, create
 from exporter import schema
-from exporter.attribution_bundle import write_attribution
 from exporter.bundle_dir import BundleDir
 from exporter.bus import BusConfig
 from exporter.session import Session, gpu_collector
@@ -138,6 +137,8 @@ async def _capture(opts: CaptureOptions, bus_cfg: BusConfig,
         "op_histogram": graph.op_histogram, "provider": ort_c.source,
         "inputs": {k: list(v.shape) for k, v in ort_c.runner.feed.items()},  # type: ignore[attr-defined]
     })
+    from exporter.attribution_bundle import write_attribution  # needs the ort extra
+
     derived["attribution"] = write_attribution(out, ort_c.runner)  # type: ignore[attr-defined]
     pq.write_table(graph.nodes, out / "model/graph_nodes.parquet")
     pq.write_table(graph.edges, out / "model/graph_edges.parquet")

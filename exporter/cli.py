@@ -2,8 +2,9 @@
 
 Exit status: 0 on success, 1 for a regression verdict (``diff``), 2 for bad
 input (a missing or non-ONNX model, inputs that cannot be generated, an
-unreachable ``--nats`` URL). Errors are one clear line on stderr, never a
-traceback.
+unreachable ``--nats`` URL, a feature whose extra is not installed:
+:class:`~exporter.extras.MissingExtra`). Errors are one clear line on stderr,
+never a traceback.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import typer
 
 from exporter.bundle_dir import BundleWriteError
 from exporter.bus import BusConfig, BusError
+from exporter.extras import MissingExtra
 from exporter.natsserver import NatsServerError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -195,7 +197,7 @@ def capture(
             session, derived, rc = asyncio.run(
                 capture_command(command, out, bus_cfg, rocprofv3=rocprofv3))
         except (FileNotFoundError, PermissionError, BusError, NatsServerError,
-                BundleWriteError) as e:
+                BundleWriteError, MissingExtra) as e:
             _fail(str(e))
             return
         if rc != 0:
@@ -214,7 +216,8 @@ def capture(
                           providers=_providers(providers))
     try:
         session, derived = asyncio.run(run_capture(opts, bus_cfg))
-    except (ModelError, InputError, BusError, NatsServerError, BundleWriteError) as e:
+    except (ModelError, InputError, BusError, NatsServerError, BundleWriteError,
+            MissingExtra) as e:
         _fail(str(e))
         return
     _finish(derived, session)
@@ -237,6 +240,10 @@ def run(
     kineto_dir: Annotated[str | None, typer.Option(
         help="follow a Kineto (PyTorch profiler) trace dir, e.g. VLLM_TORCH_PROFILER_DIR")] = None,
     window: Annotated[float, typer.Option(help="analytics window, seconds")] = 30.0,
+    flush_interval: Annotated[float, typer.Option(
+        min=0.1, max=8.0, help="seconds between analytics flushes (results, checkpoint, "
+                               "acks; below the 10 s ack wait): longer costs less CPU, "
+                               "metrics move less often")] = 1.0,
     duration: Annotated[float | None, typer.Option(help="stop after N seconds")] = None,
     state_dir: Annotated[str | None, typer.Option(
         help="embedded NATS state dir; also the outbox spool (STATE_DIR/outbox)")] = None,
@@ -350,6 +357,7 @@ def run(
     cfg.outbox_max_bytes, cfg.duplicate_window_s = outbox_max_bytes, nats_duplicate_window
     opts.web_config, opts.otlp_bus = web_config_file, otlp_bus
     opts.analytics = with_analytics
+    opts.flush_interval_s = flush_interval
     if host_name is not None:
         if not host_name.strip():
             _fail("--host must not be empty")
@@ -377,11 +385,12 @@ def run(
         from exporter.sinks.otel_env import build_otlp_config
 
         opts.otlp = build_otlp_config(flags, os.environ, file_otlp)
-    except ValueError as e:
+    except (ValueError, MissingExtra) as e:
         _fail(str(e))
     try:
         asyncio.run(run_daemon(opts, cfg))
-    except (ModelError, InputError, BusError, NatsServerError, WebConfigError, OSError) as e:
+    except (ModelError, InputError, BusError, NatsServerError, WebConfigError, OSError,
+            MissingExtra) as e:
         _fail(str(e))
 
 
@@ -408,7 +417,7 @@ def replay(
             paths, out, _session_bus(nats, outbox_max_bytes, nats_duplicate_window,
                                      _replicas(nats, stream_replicas))))
     except (FileNotFoundError, UnknownFormat, NothingToReplay, BusError, NatsServerError,
-            BundleWriteError) as e:
+            BundleWriteError, MissingExtra) as e:
         _fail(str(e))
         return
     typer.echo(f"rejected rows: {rejects.summary()}", err=True)
@@ -424,7 +433,12 @@ def diff(
     """Compare two bundles; exit status 1 on a regression (for CI gates)."""
     from exporter.diff import main_diff
 
-    raise typer.Exit(main_diff(baseline, session, threshold))
+    try:
+        rc = main_diff(baseline, session, threshold)
+    except MissingExtra as e:
+        _fail(str(e))
+        return
+    raise typer.Exit(rc)
 
 
 @app.command()

@@ -26,20 +26,23 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import PlatformCollector, ProcessCollector
 
 from collectors.base import Collector, CollectorContext, available, create
 from exporter import schema
 from exporter.bus import BusConfig
+from exporter.extras import require
 from exporter.fleet import FLEET_SIGNALS, host_subjects
 from exporter.natsserver import DEFAULT_PORT
 from exporter.pipeline import Pipeline
-from exporter.sinks.otlp import OtlpConfig
 from exporter.sinks.prometheus import PromState, gauge_family
 from exporter.webconfig import load_web_config, serve_metrics
 from stream_analytics.consumer import AnalyticsConsumer
+
+if TYPE_CHECKING:  # the OpenTelemetry SDK is imported only when OTLP is on
+    from exporter.sinks.otlp import OtlpConfig
 
 log = logging.getLogger("aaco.daemon")
 VERSION = "0.1.0"
@@ -77,6 +80,7 @@ class DaemonOptions:
     attach_discovered: bool = False
     rocprofv3: str = "rocprofv3"
     analytics: bool = True  # False: no own consumer; a standalone worker serves this host
+    flush_interval_s: float = 1.0  # analytics results, checkpoint and acks at most this often
 
     def watch_mode(self) -> str:
         """``auto`` or ``none``: auto by default, except as a lab load generator
@@ -150,6 +154,8 @@ async def run_daemon(opts: DaemonOptions, bus_cfg: BusConfig,
     """Run until a signal or ``opts.duration_s``; never exits on bad input."""
     # A bad web config stops start-up before anything runs.
     web = load_web_config(Path(opts.web_config) if opts.web_config else None)
+    if opts.otlp_bus:  # so is a missing extra (MissingExtra, one line)
+        require("opentelemetry.proto", "otlp", "OTLP on the bus (--otlp-bus)")
     pids: set[int] = set(opts.pids)
     if opts.state_dir and bus_cfg.outbox_dir is None:  # held messages survive a restart
         bus_cfg.outbox_dir = str(Path(opts.state_dir) / "outbox")
@@ -165,7 +171,8 @@ async def run_daemon(opts: DaemonOptions, bus_cfg: BusConfig,
         consumer = AnalyticsConsumer(
             bus, durable=f"aaco-analytics-{schema.sanitize_token(opts.host)}",
             window_s=opts.window_s, checkpoint=True, hosts=[opts.host],
-            sched_keys=True)
+            sched_keys=True, flush_interval_s=opts.flush_interval_s,
+            idle_flush=False)  # one flush per interval, however the collectors interleave
         await consumer.start()
 
     def self_metrics() -> Any:

@@ -38,6 +38,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from exporter.extras import require
 from stream_analytics import thresholds as T
 from stream_analytics.bottleneck import RECOMMENDATIONS, classify, features_from_bundle
 
@@ -170,9 +171,9 @@ def shift_ci(session: np.ndarray, baseline: np.ndarray,
     >>> hl, lo > 0
     (5.0, True)
     """
-    from scipy.stats import norm
-
     from exporter.pairwise import kth_diffs
+
+    norm = require("scipy.stats", "analytics", "diff (Mann-Whitney test)").norm
 
     n1, n2 = len(session), len(baseline)
     total = n1 * n2
@@ -195,7 +196,7 @@ def diff_sessions(baseline: Path, session: Path, threshold_pct: float = 5.0) -> 
     """
     baseline, session = Path(baseline), Path(session)
     lb, ls = _latencies(baseline), _latencies(session)
-    from scipy.stats import mannwhitneyu
+    mannwhitneyu = require("scipy.stats", "analytics", "diff (Mann-Whitney test)").mannwhitneyu
 
     mb, ms = float(np.median(lb)), float(np.median(ls))
     delta = (ms - mb) / mb * 100.0

@@ -132,17 +132,18 @@ def supported() -> bool:
     """True when the installed river's ADWIN helper has this bincode layout:
     its bytes decode, re-encode identically, and load into an equal helper."""
     try:
-        from river.drift import ADWIN as _ADWIN
+        from stream_analytics.river_import import detector_class
 
+        _ADWIN = detector_class("ADWIN")
         params = {"delta": 0.002, "clock": 4, "max_buckets": 2, "min_window_length": 5,
                   "grace_period": 10}
-        det: Any = _ADWIN(**params)  # type: ignore[no-untyped-call]
+        det: Any = _ADWIN(**params)
         for i in range(203):
             det.update(float(i % 7) + (50.0 if i > 150 else 0.0))
         raw = det._helper.__getstate__()
         if from_json(to_json(raw), params) != raw:
             return False
-        twin: Any = _ADWIN(**params)  # type: ignore[no-untyped-call]
+        twin: Any = _ADWIN(**params)
         twin._helper.__setstate__(raw)
         return bool(twin._helper.__getstate__() == raw)
     except Exception:

@@ -3,7 +3,8 @@
 It pulls ``kernel_span``, ``iteration_span``, ``graph_info``,
 ``sched_sample`` and ``gauge_sample`` messages through a durable pull
 consumer and folds them into the engine. At most every ``flush_interval_s``
-(and whenever the stream goes idle) it publishes changed keys' results on
+(and whenever the stream goes idle, unless ``idle_flush=False``) it
+publishes changed keys' results on
 ``aaco.v1.analytics_result.<host>``, checkpoints, and only then
 acknowledges the inputs folded in since the last flush.
 
@@ -75,6 +76,8 @@ INPUTS = ("kernel_span", "iteration_span", "graph_info", "sched_sample", "gauge_
 KV_BUCKET = "aaco_analytics"
 IDLE_FLUSH_S = 0.05
 """How long the stream must stay quiet before folded-in messages are flushed (s)."""
+SPAN_SIGNALS = frozenset({"kernel_span", "iteration_span", "graph_info"})
+"""Inputs whose results are flushed as soon as the stream goes quiet."""
 
 
 class AnalyticsConsumer:
@@ -98,6 +101,7 @@ class AnalyticsConsumer:
         deliver_all: bool = True,
         session: str | None = None,
         flush_interval_s: float = 1.0,
+        idle_flush: bool = True,
         instance: int = 0,
         instances: int = 1,
         sched_keys: bool = False,
@@ -112,7 +116,9 @@ class AnalyticsConsumer:
         self.instance, self.instances = instance, instances
         self.bus = bus
         self.flush_interval_s = flush_interval_s
+        self.idle_flush = idle_flush
         self._unacked: list[Any] = []
+        self._spans_waiting = False  # spans folded in since the last flush
         self._new: list[int] = []
         self._last_flush = 0.0
         self.durable = durable
@@ -261,13 +267,17 @@ class AnalyticsConsumer:
         """Fetch and fold one batch; returns the number of messages fetched.
 
         Flushes (results, checkpoint, acks) when ``flush_interval_s`` has
-        passed, many messages await their ack, or nothing was fetched. While
-        folded-in messages await their flush, the fetch waits at most
-        :data:`IDLE_FLUSH_S`, so a burst's results reach the sinks that soon
-        after the stream goes quiet (event latency), not a whole ``timeout``
-        later; a steady stream still flushes every ``flush_interval_s``.
+        passed, many messages await their ack, or (with ``idle_flush``, the
+        default) nothing was fetched. Without ``idle_flush`` (the daemon) a
+        pause in the inputs waits for the interval too, so collectors ticking
+        at different phases cost one flush per interval, not one each --
+        except after spans (``kernel_span``, ``iteration_span``,
+        ``graph_info``): those are flushed once the stream stays quiet for
+        :data:`IDLE_FLUSH_S`, so a span reaches the sinks well within a second
+        (event latency) while the always-on background stays cheap.
         """
-        if self._unacked:
+        prompt = self.idle_flush or self._spans_waiting
+        if self._unacked and prompt:
             timeout = min(timeout, IDLE_FLUSH_S)
         try:
             msgs = await self._sub.fetch(self.batch, timeout=timeout)
@@ -275,7 +285,8 @@ class AnalyticsConsumer:
             msgs = []
         self._fold(msgs)
         now = asyncio.get_running_loop().time()
-        if self._unacked and (not msgs or len(self._unacked) >= 5_000
+        prompt = self.idle_flush or self._spans_waiting
+        if self._unacked and ((not msgs and prompt) or len(self._unacked) >= 5_000
                               or now - self._last_flush >= self.flush_interval_s):
             await self.flush()
         elif (not msgs and self.engine.window_s is not None and self.engine.held_kernels()
@@ -306,6 +317,8 @@ class AnalyticsConsumer:
                 log.warning("dropped message %s seq %d: %s", m.subject, seq, e)
                 continue
             self.received[signal] += 1
+            if signal in SPAN_SIGNALS:
+                self._spans_waiting = True
             try:
                 if signal == "gauge_sample":
                     self.verdicts.ingest_gauges(host, pa.Table.from_batches([batch]))
@@ -316,6 +329,7 @@ class AnalyticsConsumer:
 
     async def flush(self) -> None:
         """Publish results, checkpoint, then ack everything folded in so far."""
+        self._spans_waiting = False
         new, self._new = self._new, []
         if new:
             self.last_seq = max(self.last_seq, *new)

@@ -34,6 +34,7 @@ True
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -43,7 +44,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stream_analytics import adwin_buckets
+from exporter.extras import MissingExtra
+from stream_analytics import adwin_buckets, river_import
 from stream_analytics import thresholds as T
 from stream_analytics.river_state import (
     DEFAULT_MAX_REPLAY,
@@ -53,6 +55,9 @@ from stream_analytics.river_state import (
     page_hinkley_state,
     rebuild_adwin,
 )
+
+log = logging.getLogger("aaco.drift")
+_MISSING_SAID: set[str] = set()  # detectors already reported as off (missing extra)
 
 PICKLE_REFUSED = "pickled river detector state (checkpoint before v3) refused, not decoded"
 """Error text for a v1/v2 Page-Hinkley/ADWIN state, which was a base64 pickle."""
@@ -372,9 +377,7 @@ class PageHinkley(_RiverWrapped):
                          delta=delta, threshold=threshold, alpha=alpha, mode=mode)  # fmt: skip
 
     def _make(self) -> Any:
-        from river.drift import PageHinkley as _PH
-
-        return _PH(**self.params)
+        return river_import.detector_class("PageHinkley")(**self.params)
 
     def _own_state(self) -> dict[str, Any]:
         return {"page_hinkley": page_hinkley_state(self.detector)}
@@ -431,9 +434,8 @@ class ADWIN(_RiverWrapped):
                          max_buckets=max_buckets, min_window_length=min_window_length)  # fmt: skip
 
     def _make(self) -> Any:
-        from river.drift import ADWIN as _ADWIN
-
-        return _ADWIN(grace_period=10, **self.params)  # type: ignore[no-untyped-call]
+        cls = river_import.detector_class("ADWIN")
+        return cls(grace_period=10, **self.params)
 
     def _helper_params(self) -> dict[str, Any]:
         """The Rust helper's constructor arguments (river's grace period 10)."""
@@ -566,12 +568,18 @@ class DriftMonitor:
         self._latency_last_end: dict[tuple[str, str], int] = {}
 
     def _new_slot(self, stream: str) -> _Slot:
+        """Fresh detectors for one series; a detector whose extra is missing
+        (river: ``page_hinkley``, ``adwin``) is left out, said once per process."""
         over = T.DRIFT_STREAM_PARAMS.get(stream, {})
-        dets = {
-            name: detector_from_dict({"kind": spec["kind"], **_fresh(
-                {**spec, "params": {**over, **spec.get("params", {})}})})
-            for name, spec in self.detectors.items()
-        }  # fmt: skip
+        dets: dict[str, Detector] = {}
+        for name, spec in self.detectors.items():
+            try:
+                dets[name] = detector_from_dict({"kind": spec["kind"], **_fresh(
+                    {**spec, "params": {**over, **spec.get("params", {})}})})  # fmt: skip
+            except MissingExtra as e:
+                if name not in _MISSING_SAID:
+                    _MISSING_SAID.add(name)
+                    log.warning("drift detector %s is off: %s", name, e)
         return _Slot(dets, dict.fromkeys(dets, 0), dict.fromkeys(dets))
 
     def update(self, stream: str, key: str, x: float, ts_ns: int, host: str = ""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
+from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -29,8 +30,13 @@ from stream_analytics.bottleneck import CLASSES, Features, classify, gauge_featu
 from stream_analytics.drift import DriftMonitor
 
 
-def features_from_result(row: dict[str, Any], gauges: pa.Table | None = None) -> Features:
-    """Classifier features of one ANALYTICS_RESULT row (see module doc)."""
+def features_from_result(row: dict[str, Any], gauges: pa.Table | None = None,
+                         gauge_vals: Mapping[str, float] | None = None) -> Features:
+    """Classifier features of one ANALYTICS_RESULT row (see module doc).
+
+    ``gauge_vals`` are :func:`~stream_analytics.bottleneck.gauge_features` of
+    the host's recent gauges, computed once for every row of that host; when
+    it is ``None`` they are computed here from ``gauges``."""
     vals: dict[str, float] = {}
     k = row.get("kernel_count") or 0
     if k:
@@ -47,7 +53,9 @@ def features_from_result(row: dict[str, Any], gauges: pa.Table | None = None) ->
                       ("gpu_active_ratio", "active_ratio")):
         if row.get(col) is not None:
             vals[name] = float(row[col])
-    if gauges is not None and gauges.num_rows:
+    if gauge_vals is not None:
+        vals.update(gauge_vals)
+    elif gauges is not None and gauges.num_rows:
         vals.update(gauge_features(gauges))
     return Features(**vals)
 
@@ -76,9 +84,10 @@ class OnlineVerdicts:
         (a host with GPU gauges but no analytics results still gets its status)."""
         return bool(self._gauge_ts)
 
-    def _host_gauges(self, host: str) -> pa.Table | None:
+    def _host_gauge_features(self, host: str) -> dict[str, float]:
+        """Classifier features of ``host``'s last ``gauge_batches`` gauge batches."""
         dq = self._gauges.get(host)
-        return pa.concat_tables(list(dq)) if dq else None
+        return gauge_features(pa.concat_tables(list(dq))) if dq else {}
 
     def update(self, results: pa.Table) -> tuple[pa.Table, pa.Table]:
         """DRIFT_STATUS rows of every stream of the hosts these results (or gauges
@@ -86,10 +95,13 @@ class OnlineVerdicts:
         touched: dict[str, int] = dict(self._gauge_ts)
         self._gauge_ts = {}
         verdicts = []
+        host_gauges: dict[str, dict[str, float]] = {}  # once per host, not per row
         for row in results.to_pylist():  # one row per key, not per kernel
             self.drift.update_result(row)
             touched[row["host"]] = max(int(row["ts_ns"]), touched.get(row["host"], 0))
-            v = classify(features_from_result(row, self._host_gauges(row["host"])))
+            if row["host"] not in host_gauges:
+                host_gauges[row["host"]] = self._host_gauge_features(row["host"])
+            v = classify(features_from_result(row, gauge_vals=host_gauges[row["host"]]))
             verdicts.append({
                 "ts_ns": row["ts_ns"], "host": row["host"], "model": row.get("model"),
                 "pid": row.get("pid"), "label": v.label, "confidence": float(v.confidence),

@@ -20,7 +20,6 @@ import pyarrow as pa
 
 from collectors.rocprof.clock import ClockMapper
 from collectors.rocprof.rejects import Rejects
-from collectors.rocprof.rocpd import RocpdError, iter_kernel_spans
 
 
 def attach_command(exe: str, pid: int, window_s: float, out_dir: Path) -> list[str]:
@@ -76,6 +75,9 @@ class Window:
     def harvest(self, rejects: Rejects) -> list[pa.RecordBatch]:
         """Kernel spans of the finished window on the wall clock; the output
         directory is deleted whatever happens. Raises :class:`WindowError`."""
+        # imported when used: the ADBC driver and pyarrow.dataset (~20 MB)
+        from collectors.rocprof.rocpd import RocpdError, iter_kernel_spans
+
         try:
             if self.proc.returncode != 0:
                 err = (self.proc.stderr.read() if self.proc.stderr else b"").decode(

@@ -11,6 +11,11 @@ on the first chunk). The first call also publishes the model's graph info.
 Publish order inside a chunk is graph info, kernel spans, iteration spans:
 the analytics consumer relies on a run's kernels arriving before its span.
 See README.md in this folder for options.
+
+``onnxruntime`` (the ``ort`` extra, or ``rocm`` / ``migraphx``) is imported
+when a model is run or providers are listed, not when the registry loads
+this plugin: :func:`onnxruntime` raises
+:class:`~exporter.extras.MissingExtra` without it.
 """
 
 from __future__ import annotations
@@ -21,14 +26,16 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar
-
-import onnxruntime as ort
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from collectors.base import CollectorContext, Emit, OptionType, register
 from collectors.ort.graph import Graph, ModelError, load_graph
 from collectors.ort.inputs import InputError, make_inputs
 from collectors.ort.profile import Profile, parse_profile
+from exporter.extras import require
+
+if TYPE_CHECKING:
+    import onnxruntime as ort
 
 __all__ = ["InputError", "ModelError", "OrtCollector", "resolve_model"]
 
@@ -51,6 +58,12 @@ def resolve_model(spec: str) -> Path:
     return Path(spec)
 
 
+def onnxruntime() -> Any:
+    """The ``onnxruntime`` module; :class:`~exporter.extras.MissingExtra` (an
+    ``ImportError``) naming the ``ort`` extra when it is not installed."""
+    return require("onnxruntime", "ort", "running an ONNX model (--model)")
+
+
 PREFERRED_PROVIDERS = (
     "MIGraphXExecutionProvider",
     "ROCMExecutionProvider",
@@ -61,7 +74,7 @@ PREFERRED_PROVIDERS = (
 
 def best_providers() -> list[str]:
     """Available execution providers in order of preference, CPU last."""
-    have = set(ort.get_available_providers())
+    have = set(onnxruntime().get_available_providers())
     return [p for p in PREFERRED_PROVIDERS if p in have] or ["CPUExecutionProvider"]
 
 
@@ -78,7 +91,7 @@ def check_providers(wanted: list[str] | None) -> list[str]:
     """
     if not wanted:
         return best_providers()
-    have = ort.get_available_providers()
+    have = onnxruntime().get_available_providers()
     for p in wanted:
         if p not in have:
             hint = (f"; install aaco-exporter[{GPU_EXTRAS[p]}] (see docs/execution-providers.md)"
@@ -146,12 +159,15 @@ class ModelRunner:
         self.provider = sess.get_providers()[0]
 
     def session_options(self) -> ort.SessionOptions:
-        """The options every session of this runner gets (before profiling)."""
+        """The ``onnxruntime.SessionOptions`` every session of this runner gets
+        (before profiling)."""
+        ort = onnxruntime()
         so = ort.SessionOptions()
         so.intra_op_num_threads = self.intra_op_threads
         return so
 
     def _session(self, profiling: bool) -> ort.InferenceSession:
+        ort = onnxruntime()
         so = self.session_options()
         if profiling:
             so.enable_profiling = True

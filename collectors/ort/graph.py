@@ -6,7 +6,9 @@ the top-level graph is counted; nodes inside ``If``/``Loop`` subgraphs are
 not (ORT profiles them as part of the control-flow node).
 
 Errors: :class:`ModelError` for a missing file or a file that is not a valid
-ONNX model; the message names the path.
+ONNX model; the message names the path. ``onnx`` (the ``ort`` extra) is
+imported by :func:`load_graph`; :class:`~exporter.extras.MissingExtra`
+without it.
 """
 
 from __future__ import annotations
@@ -15,9 +17,14 @@ import hashlib
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import onnx
 import pyarrow as pa
+
+from exporter.extras import require
+
+if TYPE_CHECKING:
+    import onnx
 
 NODES_SCHEMA = pa.schema(
     [
@@ -95,6 +102,7 @@ def load_graph(path: str | Path, name: str | None = None) -> Graph:
     p = Path(path)
     if not p.is_file():
         raise ModelError(f"{p}: no such model file")
+    onnx = require("onnx", "ort", "reading an ONNX model")
     data = p.read_bytes()
     try:
         model = onnx.load_from_string(data)

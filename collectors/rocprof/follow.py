@@ -51,8 +51,6 @@ from collectors.rocprof.markers import (
     read_marker_regions,
 )
 from collectors.rocprof.rejects import Rejects
-from collectors.rocprof.replay import db_markers, run_prefix
-from collectors.rocprof.rocpd import RocpdError, iter_kernel_spans
 from exporter.schema import conform
 
 SIDECARS = ("-journal", "-wal")
@@ -154,6 +152,10 @@ class DirFollower:
 
     def poll(self) -> list[Emit]:
         """Emits for everything complete that appeared since the last poll."""
+        # imported when used: rocpd loads the ADBC driver and pyarrow.dataset (~20 MB),
+        # which a daemon without --rocprof-dir never needs
+        from collectors.rocprof.replay import run_prefix
+
         try:
             files = sorted(p for p in self.root.rglob("*.csv") if p.is_file())
         except OSError as e:
@@ -200,6 +202,9 @@ class DirFollower:
 
     def _poll_dbs(self) -> list[Emit]:
         """Emits of the rocpd databases that became complete (:func:`db_complete`)."""
+        from collectors.rocprof.replay import db_markers
+        from collectors.rocprof.rocpd import RocpdError, iter_kernel_spans
+
         out: list[Emit] = []
         try:
             dbs = sorted(p for p in self.root.rglob("*.db") if p.is_file())

@@ -29,6 +29,7 @@ from collections import deque
 from dataclasses import dataclass
 
 import nats
+import onnx  # noqa: F401  (load_graph imports it when first called: see below)
 import pyarrow as pa
 from nats.aio.client import Client
 from nats.js import JetStreamContext
@@ -36,7 +37,8 @@ from nats.js import JetStreamContext
 # Imported here, in the thread that imports onnxruntime, never lazily in the
 # publisher thread: a submodule import there while the program's main thread
 # imports the parent package deadlocks the two (Python raises _DeadlockError
-# in one of them, possibly the program's).
+# in one of them, possibly the program's). onnx, which load_graph imports when
+# first called, is imported above for the same reason.
 from collectors.ort.graph import ModelError, load_graph
 from exporter import schema
 from exporter.instrument.recorder import Recorder, Row, SessionMeta

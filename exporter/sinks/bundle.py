@@ -23,7 +23,8 @@ Bundle layout (one directory per session)::
     runtime/ort_config.json          providers, session options, node -> EP, PFI
                                      (ORT captures; docs/attribution.md)
     trace.pftrace                    Perfetto trace (threads, iterations, GPU queues,
-                                     counters, launch->kernel flows)
+                                     counters, launch->kernel flows); only with the
+                                     ``perfetto`` extra (else a one-line warning)
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from exporter import schema
 from exporter.bus import Bus
+from exporter.extras import MissingExtra, require
 
 log = logging.getLogger("aaco.bundle")
 
@@ -136,14 +138,22 @@ def finish(out: Path, sink: BundleSink, key_row: dict[str, Any] | None,
     calls for the trace's API slices and launch flows
     (:func:`collectors.rocprof.replay.hip_api_table`).
     """
-    from exporter.sinks.perfetto_trace import write_trace
     from stream_analytics.kernel_stats import kernel_stats
 
     kernels = sink.table("kernel_span")
     pq.write_table(kernel_stats(kernels), out / "profiler/kernel_stats.parquet")
-    write_trace(out / "trace.pftrace", kernels, sink.table("iteration_span"),
-                sched=sink.table("sched_sample"), gauges=sink.table("gauge_sample"),
-                analytics=sink.table("analytics_result"), hip_api=hip_api)
+    try:  # the perfetto extra (perfetto, opentelemetry-proto); without it no trace
+        for mod in ("perfetto.protos.perfetto.trace.perfetto_trace_pb2",
+                    "opentelemetry.proto.trace.v1.trace_pb2"):
+            require(mod, "perfetto", "trace.pftrace")
+    except MissingExtra as e:
+        log.warning("%s; bundle %s written without it", e, out)
+    else:
+        from exporter.sinks.perfetto_trace import write_trace
+
+        write_trace(out / "trace.pftrace", kernels, sink.table("iteration_span"),
+                    sched=sink.table("sched_sample"), gauges=sink.table("gauge_sample"),
+                    analytics=sink.table("analytics_result"), hip_api=hip_api)
     verdict: dict[str, Any] = {"class": None, "confidence": None}
     if key_row is not None:
         rows = [r for r in sink.table("bottleneck").to_pylist()

@@ -159,12 +159,17 @@ def build_otlp_config(flags: Mapping[str, Any], env: Mapping[str, str],
     default. OTLP is on when ``--otlp-endpoint`` is given, the file names an
     endpoint, or an endpoint variable is set and ``OTEL_SDK_DISABLED`` is not
     ``true``. Raises ``ValueError`` naming the variable or the field that is
-    wrong.
+    wrong, and :class:`~exporter.extras.MissingExtra` when OTLP is on but the
+    ``otlp`` extra is not installed.
     """
     e = otlp_env(env)
     file = dict(file or {})
     if "endpoint" not in flags and "endpoint" not in file and not e.enabled:
         return None
+    from exporter.extras import require
+
+    for mod in ("opentelemetry.sdk", "opentelemetry.exporter.otlp", "opentelemetry.proto"):
+        require(mod, "otlp", "OTLP export")  # MissingExtra (one line) without the extra
     from exporter.sinks.otlp import OtlpConfig  # the SDK only when OTLP is on
 
     per = {sig: {k: v for k, v in d.items()
