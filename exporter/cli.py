@@ -518,6 +518,14 @@ def instrument(
         _fail(str(e))
 
 
+@app.command()
+def report(session: Annotated[Path, typer.Argument(help="session bundle")]) -> None:
+    """Write SESSION/report/report.html with plots (needs the 'report' extra)."""
+    from exporter.report import main_report
+
+    raise typer.Exit(main_report(session))
+
+
 baseline_app = typer.Typer(help="Named baselines for `diff --baseline NAME`.",
                            no_args_is_help=True)
 app.add_typer(baseline_app, name="baseline")
