@@ -98,3 +98,28 @@ def test_bad_and_unknown_names_are_errors(tmp_path: Path) -> None:
     with pytest.raises(BaselineError, match="no baseline named 'nope'"):
         resolve("nope", tmp_path / "store")
     assert resolve(str(tmp_path), tmp_path / "store") == (tmp_path, None)
+
+
+@pytest.mark.slow
+def test_magika_capture_judged_against_itself_by_name_in_latency_mode(tmp_path: Path) -> None:
+    """A real `capture --model magika` saved as a baseline and judged against
+    by name: latency mode, 0% delta, no regression; baseline_ref.json names
+    the baseline and both sides' compared files (iterations, derived metrics,
+    kernels) have the same sha256."""
+    env = {**os.environ, "AACO_BASELINE_DIR": str(tmp_path / "store")}
+    r = run_cli(["capture", "--model", "magika", "--iterations", "20", "--warmup", "2",
+                 "--out", str(tmp_path), "--quiet"], env, timeout=400)
+    assert r.returncode == 0, r.stderr
+    s = Path(r.stdout.strip().splitlines()[-1])
+    assert run_cli(["baseline", "save", "magika", str(s)], env).returncode == 0
+    r = run_cli(["diff", "--baseline", "magika", "--session", str(s)], env)
+    assert r.returncode == 0, r.stderr
+    v = json.loads(r.stdout)
+    assert v["mode"] == "latency" and v["latency_delta_pct"] == 0.0 and not v["regression"]
+    ref = json.loads((s / "regress/baseline_ref.json").read_text())
+    assert ref["baseline"]["name"] == "magika" and ref["mode"] == "latency"
+    files = ref["baseline"]["compared"]["files"]
+    assert set(files) == {"metrics/inference_iters.parquet", "metrics/derived_metrics.json",
+                          "profiler/kernels.parquet"}
+    assert files == ref["session"]["compared"]["files"]
+    assert ref["baseline"]["session_id"] == ref["session"]["session_id"]

@@ -3,14 +3,18 @@ on replay bundles of real rocprof traces (tests/exporter/replayed.py)."""
 
 from __future__ import annotations
 
+import csv
 import json
+import os
+import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from exporter.diff import diff_sessions, main_diff
 from exporter.kernel_diff import TOP_N, compare_kernels, read_groups
-from tests.exporter.replayed import FINITE_DIFF, SEISMIC, replay, slowed_copy
+from tests.exporter.replayed import FINITE_DIFF, ROOT, SEISMIC, replay, run_cli, slowed_copy
 
 SLOWED = "compute_fd_z_kernel"
 
@@ -19,8 +23,6 @@ SLOWED = "compute_fd_z_kernel"
 def bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Replays: seismic twice, seismic with compute_fd_z_kernel 1.3x slower
     (synthetic copy), finite difference."""
-    import os
-
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     d = tmp_path_factory.mktemp("kdiff")
     return {
@@ -93,3 +95,22 @@ def test_bundle_with_neither_iterations_nor_kernels_exits_2(tmp_path: Path) -> N
     """An empty directory is refused with exit 2 (no partial regress/ output)."""
     assert main_diff(tmp_path, tmp_path, 5.0) == 2
     assert not (tmp_path / "regress").exists()
+
+
+@pytest.mark.slow
+def test_capture_command_bundles_are_compared_by_kernels(tmp_path: Path) -> None:
+    """Two `capture -- CMD` bundles (the command under the rocprofv3 test
+    double, which writes the real recorded kernel_trace.csv) have no
+    iterations: kernel mode, no regression, each name's count equal to its
+    dispatches in the recording."""
+    env = {**os.environ, "PATH": f"{ROOT / 'tests/collectors/rocprof/bin'}:{os.environ['PATH']}"}
+    cmd = ["--", sys.executable, "-c", "pass"]
+    a, b = (Path(run_cli(["capture", "--out", str(tmp_path / d), *cmd], env)
+                 .stdout.strip().splitlines()[-1]) for d in "ab")
+    v = diff_sessions(a, b)
+    assert v["mode"] == "kernels" and v["regression"] is False
+    rows = json.loads((b / "regress/diff.json").read_text())["kernels"]
+    with (ROOT / "collectors/rocprof/testdata/kernel_trace.csv").open(newline="") as f:
+        want = Counter(r["Kernel_Name"] for r in csv.DictReader(f)
+                       if r["Kind"] == "KERNEL_DISPATCH")
+    assert {r["key"]: r["session"]["count"] for r in rows} == dict(want)
