@@ -45,7 +45,7 @@ import pyarrow.parquet as pq
 from stream_analytics import thresholds as T
 
 TOP_N = 20
-CI_CAP = 20_000  # the HL CI uses at most this many durations per side (seeded sample)
+CI_CAP = 5_000  # the HL CI uses at most this many durations per side (seeded sample)
 KERNELS = "profiler/kernels.parquet"
 I64 = npt.NDArray[np.int64]
 
