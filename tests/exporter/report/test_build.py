@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -93,3 +94,19 @@ def test_a_directory_that_is_not_a_bundle_exits_2(tmp_path: Path) -> None:
     """No session.json: exit 2, the message names the file."""
     r = run_cli(["report", str(tmp_path)], {**os.environ})
     assert r.returncode == 2 and "session.json: missing" in r.stderr
+
+
+@pytest.mark.slow
+def test_a_judged_bundle_shows_its_verdict_and_baseline(bundle: Path, tmp_path: Path) -> None:
+    """After `diff --baseline NAME` the report names the baseline and the
+    verdict (kernel mode, no regression, 0% delta)."""
+    env = {**os.environ, "AACO_BASELINE_DIR": str(tmp_path / "store")}
+    assert run_cli(["baseline", "save", "seis", str(bundle)], env).returncode == 0
+    assert run_cli(["diff", "--baseline", "seis", str(bundle)], env).returncode == 0
+    try:
+        html = write_report(bundle).read_text()
+    finally:
+        shutil.rmtree(bundle / "regress")
+    assert "<h2>Regression verdict</h2>" in html
+    assert ("regression: False (severity none, mode kernels, delta 0%) against baseline seis"
+            in html)
