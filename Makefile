@@ -22,9 +22,10 @@ demo: setup
 run: setup
 	$(VENV)/bin/aaco-exporter run --model magika
 
-## Debian packages the tests use for real: Prometheus/promtool and bcc (eBPF), plus tracefs and the BCC header tree.
+## Debian packages the tests use for real: Prometheus/promtool, Chromium (the report in a browser) and bcc (eBPF), plus tracefs and the BCC header tree.
 system-deps: setup
 	@command -v promtool >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }
+	@command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; }
 	$(SUDO) scripts/setup-bcc.sh $(VENV) $(CURDIR)/.bcc-headers
 
 test: setup system-deps
@@ -43,6 +44,7 @@ bench: setup
 	$(PY) benchmarks/bench_instrument.py
 	$(PY) benchmarks/bench_attribution.py
 	$(PY) benchmarks/bench_daemon_cost.py --baseline-ref fb47f91 --flush-interval 5
+	$(PY) benchmarks/bench_kernel_diff.py
 	$(SUDO) $(PY) benchmarks/bench_sched_overhead.py
 
 ## docs/metrics.md's metric table, generated from exporter/catalogue.py (a test fails on drift).

@@ -424,17 +424,31 @@ def replay(
     _finish(derived, session)
 
 
+BaselineDirOpt = Annotated[Path | None, typer.Option(
+    "--baseline-dir", envvar="AACO_BASELINE_DIR",
+    help="where named baselines are stored; default "
+         "$XDG_DATA_HOME/aaco-exporter/baselines (~/.local/share/aaco-exporter/baselines)")]
+
+
 @app.command()
 def diff(
-    baseline: Annotated[Path, typer.Option(help="baseline session bundle")],
-    session: Annotated[Path, typer.Option(help="session bundle to judge")],
+    baseline: Annotated[str, typer.Option(
+        help="baseline: a name saved with `baseline save`, or a session bundle directory")],
+    session_arg: Annotated[Path | None, typer.Argument(
+        metavar="[SESSION]", help="session bundle to judge (or --session)")] = None,
+    session: Annotated[Path | None, typer.Option(help="session bundle to judge")] = None,
     threshold: Annotated[str, typer.Option(help="latency regression threshold")] = "5%",
+    baseline_dir: BaselineDirOpt = None,
 ) -> None:
     """Compare two bundles; exit status 1 on a regression (for CI gates)."""
     from exporter.diff import main_diff
 
+    target = session or session_arg
+    if target is None or (session and session_arg and session != session_arg):
+        _fail("diff: give the session bundle once, as SESSION or --session")
+        return
     try:
-        rc = main_diff(baseline, session, threshold)
+        rc = main_diff(baseline, target, threshold, baseline_dir)
     except MissingExtra as e:
         _fail(str(e))
         return
@@ -557,6 +571,65 @@ def instrument(
         exec_instrumented(command or [])
     except LaunchError as e:
         _fail(str(e))
+
+
+@app.command()
+def report(session: Annotated[Path, typer.Argument(help="session bundle")]) -> None:
+    """Write SESSION/report/report.html with plots (needs the 'report' extra)."""
+    from exporter.report import main_report
+
+    raise typer.Exit(main_report(session))
+
+
+baseline_app = typer.Typer(help="Named baselines for `diff --baseline NAME`.",
+                           no_args_is_help=True)
+app.add_typer(baseline_app, name="baseline")
+
+
+@baseline_app.command("save")
+def baseline_save(
+    name: Annotated[str, typer.Argument(help="baseline name (A-Z a-z 0-9 . _ -)")],
+    session: Annotated[Path, typer.Argument(help="session bundle to keep")],
+    force: Annotated[bool, typer.Option("--force", help="replace a baseline of that name")]
+    = False,
+    baseline_dir: BaselineDirOpt = None,
+) -> None:
+    """Copy a session bundle into the baseline store under NAME; prints its path."""
+    from exporter.baselines import BaselineError, save, store_dir
+
+    try:
+        b = save(name, session, store_dir(baseline_dir), force=force)
+    except (BaselineError, BundleWriteError, OSError) as e:
+        _fail(str(e))
+        return
+    typer.echo(str(b.root))
+
+
+@baseline_app.command("list")
+def baseline_list(baseline_dir: BaselineDirOpt = None) -> None:
+    """One line per saved baseline: name, session id, kind, saved at, source."""
+    from exporter.baselines import list_all, store_dir
+
+    for b in list_all(store_dir(baseline_dir)):
+        m = b.meta
+        typer.echo(f"{b.name}\t{m.get('session_id')}\t{m.get('kind')}\t{m.get('saved_at')}"
+                   f"\t{m.get('source')}")
+
+
+@baseline_app.command("show")
+def baseline_show(name: Annotated[str, typer.Argument(help="baseline name")],
+                  baseline_dir: BaselineDirOpt = None) -> None:
+    """Print a baseline's baseline.json (with its stored bundle path)."""
+    import json
+
+    from exporter.baselines import BaselineError, load, store_dir
+
+    try:
+        b = load(name, store_dir(baseline_dir))
+    except BaselineError as e:
+        _fail(str(e))
+        return
+    typer.echo(json.dumps({**b.meta, "bundle": str(b.bundle)}, indent=2))
 
 
 config_app = typer.Typer(help="Inspect the configuration.", no_args_is_help=True)

@@ -23,8 +23,14 @@ Suspected cause: environmental evidence (SII increase) comes first because
 it explains the rest (a preempted host thread lengthens kernels and gaps);
 then workload evidence ranked by relative change.
 
-Writes ``<session>/regress/diff.json`` (everything) and
-``<session>/regress/verdict.json`` (the verdict, also returned).
+Bundles without iterations (a ``replay`` of a GPU trace, most ``capture --
+CMD``) are compared kernel by kernel instead (mode ``kernels``,
+:mod:`exporter.kernel_diff`).
+
+Writes ``<session>/regress/diff.json`` (everything),
+``<session>/regress/verdict.json`` (the verdict, also returned) and
+``<session>/regress/baseline_ref.json`` (which baseline, the checksums of
+the files compared, the verdict).
 """
 
 from __future__ import annotations
@@ -38,11 +44,15 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from exporter.baselines import Baseline, checksum
 from exporter.extras import require
+from exporter.kernel_diff import KERNELS, compare_kernels, has_kernels
 from stream_analytics import thresholds as T
 from stream_analytics.bottleneck import RECOMMENDATIONS, classify, features_from_bundle
 
 _BOOT = 1000
+_ITERS = "metrics/inference_iters.parquet"
+DERIVED = "metrics/derived_metrics.json"
 
 
 def _latencies(bundle: Path) -> np.ndarray:
@@ -185,16 +195,82 @@ def shift_ci(session: np.ndarray, baseline: np.ndarray,
     return lo, float(np.mean(np.asarray(mid))), hi
 
 
-def diff_sessions(baseline: Path, session: Path, threshold_pct: float = 5.0) -> dict[str, Any]:
-    """Compare two bundles; write ``regress/diff.json`` and ``regress/verdict.json``.
+def _iterations(bundle: Path) -> int:
+    p = bundle / "metrics" / "inference_iters.parquet"
+    return pq.ParquetFile(p).metadata.num_rows if p.is_file() else 0
 
-    Returns the verdict dict: ``regression`` (bool), ``severity``
+
+def diff_sessions(baseline: Path, session: Path, threshold_pct: float = 5.0,
+                  ref: Baseline | None = None) -> dict[str, Any]:
+    """Compare two bundles; write ``regress/diff.json``, ``regress/verdict.json``
+    and ``regress/baseline_ref.json`` into ``session``.
+
+    Mode ``latency`` when both bundles have at least 3 iterations, else
+    ``kernels`` (:mod:`exporter.kernel_diff`) when both have kernel spans.
+    Returns the verdict dict: ``mode``, ``regression`` (bool), ``severity``
     (none/minor/major/critical), ``confidence`` [0, 1], ``latency_delta_pct``
-    (median, %), ``p_value``, ``ci95_delta_pct``, ``suspected_cause`` (class,
-    signal, evidence) and ``recommendation``. Raises ``FileNotFoundError`` /
-    ``ValueError`` for a bundle without usable iteration latencies.
+    (median, %; ``None`` in kernel mode), ``kernel_time_delta_pct`` (kernel
+    mode), ``p_value``, ``ci95_delta_pct``, ``suspected_cause`` (class,
+    signal, evidence) and ``recommendation``. ``ref`` is the named baseline
+    ``baseline`` came from (its files are checked against its manifest first).
+    Raises ``FileNotFoundError`` / ``ValueError`` (naming the file) for a
+    bundle with neither iteration latencies nor kernel spans, and
+    :class:`exporter.baselines.BaselineError` for a changed stored baseline.
     """
     baseline, session = Path(baseline), Path(session)
+    if _iterations(baseline) >= 3 and _iterations(session) >= 3:
+        mode, compared = "latency", [_ITERS, DERIVED, KERNELS]
+    elif has_kernels(baseline) and has_kernels(session):
+        mode, compared = "kernels", [KERNELS, DERIVED]
+    else:
+        bad = next(b for b in (baseline, session)
+                   if _iterations(b) < 3 and not has_kernels(b))
+        _latencies(bad)  # raises the latency mode's error, naming the file
+        raise FileNotFoundError(f"{bad / KERNELS}: missing or empty, and "
+                                f"{bad / _ITERS} has fewer than 3 iterations")
+    if ref is not None:
+        ref.verify(compared)
+    if mode == "latency":
+        verdict, diff = _latency_diff(baseline, session, threshold_pct)
+    else:
+        verdict, diff = _kernel_diff(baseline, session, threshold_pct)
+    out = session / "regress"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "diff.json").write_text(json.dumps(diff, indent=2, default=float))
+    (out / "verdict.json").write_text(json.dumps(verdict, indent=2, default=float))
+    write_baseline_ref(out / "baseline_ref.json", baseline, session, ref, compared, verdict)
+    return verdict
+
+
+def write_baseline_ref(path: Path, baseline: Path, session: Path, ref: Baseline | None,
+                       compared: list[str], verdict: dict[str, Any]) -> None:
+    """``regress/baseline_ref.json``: which baseline (name or path, its
+    session id), the sha256 of the files compared on both sides, the verdict."""
+    def sid(b: Path) -> str | None:
+        try:
+            return str(json.loads((b / "session.json").read_text()).get("session_id"))
+        except (OSError, ValueError):
+            return None
+
+    doc = {
+        "baseline": {
+            "name": ref.name if ref else None,
+            "store": str(ref.root) if ref else None,
+            "saved_at": ref.meta.get("saved_at") if ref else None,
+            "path": str(baseline),
+            "session_id": sid(baseline),
+            "compared": checksum(baseline, compared),
+        },
+        "session": {"path": str(session), "session_id": sid(session),
+                    "compared": checksum(session, compared)},
+        "mode": verdict["mode"],
+        "verdict": verdict,
+    }
+    path.write_text(json.dumps(doc, indent=2, default=float))
+
+
+def _latency_diff(baseline: Path, session: Path,
+                  threshold_pct: float) -> tuple[dict[str, Any], dict[str, Any]]:
     lb, ls = _latencies(baseline), _latencies(session)
     mannwhitneyu = require("scipy.stats", "analytics", "diff (Mann-Whitney test)").mannwhitneyu
 
@@ -213,6 +289,7 @@ def diff_sessions(baseline: Path, session: Path, threshold_pct: float = 5.0) -> 
     sess_class = classify(features_from_bundle(session))
     cause_class = top["cause"] if top else (sess_class.label if regression else None)
     verdict: dict[str, Any] = {
+        "mode": "latency",
         "regression": regression,
         "severity": _severity(delta, threshold_pct, regression),
         "confidence": round(conf, 4),
@@ -228,6 +305,7 @@ def diff_sessions(baseline: Path, session: Path, threshold_pct: float = 5.0) -> 
         "recommendation": RECOMMENDATIONS[cause_class] if regression and cause_class else None,
     }
     diff = {
+        "mode": "latency",
         "baseline": str(baseline),
         "session": str(session),
         "latency_ns": {
@@ -243,11 +321,46 @@ def diff_sessions(baseline: Path, session: Path, threshold_pct: float = 5.0) -> 
                        "session": sess_class.to_json()},
         "verdict": verdict,
     }  # fmt: skip
-    out = session / "regress"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "diff.json").write_text(json.dumps(diff, indent=2, default=float))
-    (out / "verdict.json").write_text(json.dumps(verdict, indent=2, default=float))
-    return verdict
+    return verdict, diff
+
+
+def _kernel_diff(baseline: Path, session: Path,
+                 threshold_pct: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    k = compare_kernels(baseline, session, threshold_pct)
+    regression, delta, top = k["regression"], k["kernel_time_delta_pct"], k["top"]
+    sess_class = classify(features_from_bundle(session))
+    slower = [r for r in k["kernels"] if r["slower"]]
+    cause_class = sess_class.label if regression else None
+    verdict: dict[str, Any] = {
+        "mode": "kernels",
+        "regression": regression,
+        "severity": _severity(delta, threshold_pct, regression),
+        "confidence": round(1.0 - top["p_value"], 4) if regression and top else None,
+        "latency_delta_pct": None,
+        "kernel_time_delta_pct": delta,
+        "threshold_pct": threshold_pct,
+        "p_value": top["p_value"] if top else None,
+        "ci95_delta_pct": top["ci95_delta_pct"] if top else None,
+        "suspected_cause": {
+            "class": cause_class,
+            "signal": f"kernel_median_ns[{top['key']}]" if top else None,
+            "evidence": slower[:5],
+        },
+        "recommendation": RECOMMENDATIONS.get(cause_class) if cause_class else None,
+    }
+    diff = {
+        "mode": "kernels",
+        "baseline": str(baseline),
+        "session": str(session),
+        "test": {"name": "mannwhitneyu", "alternative": "greater", "alpha": T.DIFF_ALPHA,
+                 "ci": "Hodges-Lehmann shift, Moses 95%", "unit": "kernel duration_ns"},
+        **{key: k[key] for key in ("kernel_time_delta_pct", "top_n", "families", "kernels",
+                                   "added", "removed")},
+        "bottleneck": {"baseline": classify(features_from_bundle(baseline)).to_json(),
+                       "session": sess_class.to_json()},
+        "verdict": verdict,
+    }
+    return verdict, diff
 
 
 def parse_threshold(threshold: float | str) -> float:
@@ -258,11 +371,17 @@ def parse_threshold(threshold: float | str) -> float:
     return v
 
 
-def main_diff(baseline: Path, session: Path, threshold: float | str = 5.0) -> int:
-    """CLI body: print the verdict JSON; exit status 1 on regression, 0 if none,
-    2 when a bundle is unusable (message on stderr)."""
+def main_diff(baseline: Path | str, session: Path, threshold: float | str = 5.0,
+              store: Path | None = None) -> int:
+    """CLI body: ``baseline`` is a bundle path or a baseline name saved in
+    ``store`` (:func:`exporter.baselines.resolve`). Print the verdict JSON;
+    exit status 1 on regression, 0 if none, 2 when a bundle or baseline is
+    unusable (message on stderr)."""
+    from exporter.baselines import resolve, store_dir
+
     try:
-        v = diff_sessions(Path(baseline), Path(session), parse_threshold(threshold))
+        base, ref = resolve(baseline, store_dir(store))
+        v = diff_sessions(base, Path(session), parse_threshold(threshold), ref=ref)
     except (FileNotFoundError, ValueError) as e:
         print(f"aaco-exporter diff: {e}", file=sys.stderr)
         return 2

@@ -33,10 +33,12 @@ EXTERNAL = {  # flags of other tools the docs show, by tool
 
 def _own_flags() -> set[str]:
     out: set[str] = set()
-    root = typer.main.get_command(app)
-    for sub in getattr(root, "commands", {}).values():
-        for p in sub.params:
-            out.update(o for o in (*p.opts, *p.secondary_opts) if o.startswith("--"))
+    todo = [typer.main.get_command(app)]
+    while todo:  # commands of groups too (baseline save, config show)
+        for sub in getattr(todo.pop(), "commands", {}).values():
+            todo.append(sub)
+            for p in sub.params:
+                out.update(o for o in (*p.opts, *p.secondary_opts) if o.startswith("--"))
     for script in [*ROOT.glob("benchmarks/*.py"), *ROOT.glob("deploy/examples/*.py")]:
         out.update(re.findall(r"add_argument\(\s*\"(--[a-z0-9-]+)\"", script.read_text()))
     return out
