@@ -37,6 +37,7 @@ lint: setup
 
 bench: setup
 	$(PY) benchmarks/bench_pipeline.py
+	$(PY) benchmarks/bench_event_latency.py
 	$(PY) benchmarks/bench_outbox.py
 	$(PY) benchmarks/bench_rocprof.py
 	$(PY) benchmarks/bench_rocpd.py
