@@ -387,6 +387,36 @@ def diff(
 
 
 @app.command()
+def calibrate(
+    calibration: Annotated[Path | None, typer.Option(
+        "--calibration", help="calibration file; default $AACO_CALIBRATION, else "
+                              "~/.cache/aaco-exporter/calibration.json")] = None,
+    refresh: Annotated[bool, typer.Option(help="remeasure even when a calibration exists")
+                       ] = False,
+    gemm_n: Annotated[int, typer.Option(min=64, help="GEMM matrix size n")] = 2048,
+    reps: Annotated[int, typer.Option(min=1, help="repetitions per figure")] = 5,
+    stream_mib: Annotated[int | None, typer.Option(
+        min=1, help="STREAM array size in MiB (default 4x last-level cache, >= 64)")] = None,
+) -> None:
+    """Measure this host's peak FLOP/s (GEMM) and memory bandwidth (STREAM copy,
+    triad) and store calibration.json; reused when present (docs/calibration.md)."""
+    from exporter.calibrate import CalibrateOptions, default_path, format_summary
+    from exporter.calibrate import calibrate as run_calibrate
+
+    path = calibration or default_path()
+    opts = CalibrateOptions(gemm_n=gemm_n, gemm_reps=reps, stream_reps=reps,
+                            stream_bytes=None if stream_mib is None else stream_mib << 20)
+    try:
+        data, how = run_calibrate(path, refresh, opts,
+                                  progress=lambda m: typer.echo(f"measuring {m}", err=True))
+    except OSError as e:
+        _fail(f"{path}: cannot write calibration: {e.strerror or e}")
+        return
+    typer.echo(format_summary(data))
+    typer.echo(f"calibration {how}: {path}")
+
+
+@app.command()
 def analytics(
     nats: Annotated[str, typer.Option("--nats", help="NATS URL of the shared bus (a "
                                       "cluster's URLs comma-separated)")],
