@@ -24,6 +24,7 @@ from collectors.base import CollectorContext, available, create
 from exporter import schema
 from exporter.bundle_dir import BundleDir
 from exporter.bus import BusConfig
+from exporter.heu import capture_heu
 from exporter.session import Session, gpu_collector
 from exporter.sinks.bundle import derived_metrics, env_info, finish, inference_summary, write_json
 
@@ -43,6 +44,7 @@ class CaptureOptions:
     sched_interval_s: float = 0.2
     progress: bool = True
     argv: list[str] = field(default_factory=list)
+    calibration: Path | None = None  # calibration.json for HEU (default: exporter.calibrate)
 
 
 async def capture(opts: CaptureOptions, bus_cfg: BusConfig) -> tuple[Path, dict[str, Any]]:
@@ -120,6 +122,10 @@ async def _capture(opts: CaptureOptions, bus_cfg: BusConfig,
     mine = [r for r in results if r["model"] == graph.name]
     final = mine[-1] if mine else {}
     derived = derived_metrics(final)
+    derived.update(capture_heu(sink.table("kernel_span"), sink.table("iteration_span"),
+                               graph.proto, graph.name, {k: list(v.shape) for k, v in
+                               ort_c.runner.feed.items()},  # type: ignore[attr-defined]
+                               opts.calibration))
     write_json(out / "metrics/derived_metrics.json", derived)
     derived["bottleneck"] = finish(out, sink, final or None).get("class")
     iters = sink.table("iteration_span")
@@ -159,6 +165,8 @@ def format_summary(d: dict[str, Any]) -> str:
         f"SII  (sched interference){f(d.get('sii'), '.4f'):>7}",
         f"active ratio             {f(d.get('gpu_active_ratio'), '.4f')}",
         f"bottleneck               {d.get('bottleneck') or 'n/a'}",
+        *([f"HEU  (FLOP/s / peak)     {f(d['heu'], '.4f')}"] if "heu" in d else []),
+        *([str(d["heu_note"])] if d.get("heu_note") else []),
         f"latency ms mean/p50/p99  {f(lat.get('mean'), '.3f')} / {f(lat.get('p50'), '.3f')}"
         f" / {f(lat.get('p99'), '.3f')}",
     ])

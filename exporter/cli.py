@@ -143,6 +143,8 @@ def capture(
         help="ONNX Runtime execution providers in order, comma-separated (e.g. "
              "MIGraphXExecutionProvider,CPUExecutionProvider); default: the best available")
     ] = None,
+    calibration: Annotated[Path | None, typer.Option(
+        "--calibration", help="calibration.json for HEU (default: as `calibrate`)")] = None,
 ) -> None:
     """Bounded lab capture; prints the session directory as the last line.
 
@@ -177,7 +179,7 @@ def capture(
                           model_name=model_name, dims={k: int(v) for k, v in
                                                        _kv(dim, "--dim").items()},
                           fill=_kv(fill, "--fill"), progress=not quiet, argv=sys.argv,
-                          providers=_providers(providers))
+                          providers=_providers(providers), calibration=calibration)
     try:
         session, derived = asyncio.run(run_capture(opts, bus_cfg))
     except (ModelError, InputError, BusError, NatsServerError, BundleWriteError) as e:
