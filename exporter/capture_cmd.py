@@ -141,4 +141,10 @@ async def _capture_command(cmd: Sequence[str], out_parent: Path, bus_cfg: BusCon
                                          "rocprof_clock": clock.clock,
                                          "rocprof_clock_offset_ns": clock.offset_ns}, rejects,
                                  hip_api)
+    if use_rocprof:  # counters in rocprofv3's output (e.g. --pmc via ROCPROF_* config)
+        from exporter.roofline import write_roofline
+
+        roof = write_roofline(out, [prof_dir], rejects=rejects)
+        if roof is not None:
+            derived["roofline_bound"] = roof["summary"]["bound"]
     return out, derived, rc

@@ -18,6 +18,8 @@ Bundle layout (one directory per session)::
     metrics/bottleneck.json          class, confidence, ranked evidence, recommendation
     metrics/drift_status.parquet     DRIFT_STATUS rows; bottleneck.parquet: BOTTLENECK rows
     profiler/kernel_stats.parquet    per kernel name: calls, total/avg/min/max ns
+    roofline.json                    kernels on the roofline, when counters exist
+                                     (exporter/roofline.py)
     trace.pftrace                    Perfetto trace (threads, iterations, GPU queues,
                                      counters, launch->kernel flows)
 """
