@@ -146,5 +146,7 @@ async def _capture_command(cmd: Sequence[str], out_parent: Path, bus_cfg: BusCon
 
         roof = write_roofline(out, [prof_dir], rejects=rejects)
         if roof is not None:
-            derived["roofline_bound"] = roof["summary"]["bound"]
+            derived["roofline_bound"] = roof[0]["summary"]["bound"]
+            if roof[1] is not None:
+                derived["bottleneck"] = roof[1]["class"]
     return out, derived, rc

@@ -62,6 +62,8 @@ async def replay(paths: Sequence[Path], out_parent: Path,
                                        rejects, hip_api_table([Path(p) for p in paths]))
         roof = write_roofline(out, [Path(p) for p in paths], rejects=rejects)
         if roof is not None:
-            derived["roofline_bound"] = roof["summary"]["bound"]
+            derived["roofline_bound"] = roof[0]["summary"]["bound"]
+            if roof[1] is not None:
+                derived["bottleneck"] = roof[1]["class"]
     assert bundle.final is not None
     return bundle.final, derived, rejects

@@ -300,10 +300,31 @@ def gpu_ceilings(counters: pa.Table,
     return None
 
 
+def reclassify(out: Path) -> dict[str, Any]:
+    """Classify the bundle ``out`` again with its ``roofline.json`` and rewrite
+    ``metrics/bottleneck.json`` (the streaming verdict, which had no counters,
+    is kept as ``streaming_class``); returns the new verdict dict."""
+    import json
+
+    from exporter.sinks.bundle import write_json
+    from stream_analytics.bottleneck import classify, features_from_bundle
+
+    path = out / "metrics/bottleneck.json"
+    old = json.loads(path.read_text()) if path.is_file() else {}
+    verdict = classify(features_from_bundle(out)).to_json()
+    verdict.update(streaming_class=old.get("class"), roofline="roofline.json",
+                   thresholds="stream_analytics/thresholds.py")
+    write_json(path, verdict)
+    return verdict
+
+
 def write_roofline(out: Path, paths: Sequence[Path], calibration_path: Path | None = None,
-                   rejects: Rejects | None = None) -> dict[str, Any] | None:
-    """Write ``out/roofline.json`` when ``paths`` hold counter data; returns it
-    (None, and nothing written, without counters)."""
+                   rejects: Rejects | None = None
+                   ) -> tuple[dict[str, Any], dict[str, Any] | None] | None:
+    """Write ``out/roofline.json`` when ``paths`` hold counter data and, when it
+    placed kernels, re-classify the bundle (:func:`reclassify`). Returns the
+    roofline and the new verdict (None when nothing was placed); None, and
+    nothing written, without counters."""
     from exporter.calibrate import default_path, find
     from exporter.sinks.bundle import write_json
 
@@ -312,4 +333,5 @@ def write_roofline(out: Path, paths: Sequence[Path], calibration_path: Path | No
         return None
     data = roofline(counters, gpu_ceilings(counters, find(calibration_path or default_path())))
     write_json(out / "roofline.json", data)
-    return data
+    verdict = reclassify(out) if data["summary"]["placed_families"] else None
+    return data, verdict

@@ -106,7 +106,9 @@ def test_replay_of_a_counter_directory_writes_roofline_json(
         tmp_path: Path, cli_env: dict[str, str]) -> None:
     """`replay` of the rocprof-compute MI200 workload: its 3 kernels from
     timestamps.csv (pmc_perf.csv not counted twice) and roofline.json placing
-    the copy family as memory-bound; a replay without counters writes none."""
+    the copy family as memory-bound, and metrics/bottleneck.json re-classified
+    from it (memory-bound, roofline first in the evidence); a replay without
+    counters writes none."""
     env = {**cli_env, "AACO_CALIBRATION": str(tmp_path / "none.json")}
     r = subprocess.run([EXE, "replay", str(DATA / "rocprof_compute_MI200"), "--out",
                         str(tmp_path)], env=env, capture_output=True, text=True, timeout=240,
@@ -117,6 +119,11 @@ def test_replay_of_a_counter_directory_writes_roofline_json(
     assert roof["dispatches"] == 3 and roof["summary"]["bound"] == "memory"
     assert json.loads((out / "metrics/derived_metrics.json").read_text())[
         "kernel_count_total"] == 3
+    verdict = json.loads((out / "metrics/bottleneck.json").read_text())
+    assert verdict["class"] == "memory-bound" and verdict["roofline"] == "roofline.json"
+    assert verdict["evidence"][0]["signal"] == "roofline_memory_share"
+    assert verdict["evidence"][0]["value"] == 1.0 and "streaming_class" in verdict
+    assert "bottleneck               memory-bound" in r.stdout
     r = subprocess.run([EXE, "replay", str(DATA / "rocprofv3_counters/kernel_trace.csv"),
                         "--out", str(tmp_path)], env=env, capture_output=True, text=True,
                        timeout=240, check=False)
