@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from exporter import schema
 from exporter.bundle_dir import BundleDir
 from exporter.bus import BusConfig
 from exporter.heu import capture_heu
+from exporter.labmode import latency_cv
 from exporter.session import Session, gpu_collector
 from exporter.sinks.bundle import derived_metrics, env_info, finish, inference_summary, write_json
 
@@ -45,6 +47,8 @@ class CaptureOptions:
     progress: bool = True
     argv: list[str] = field(default_factory=list)
     calibration: Path | None = None  # calibration.json for HEU (default: exporter.calibrate)
+    lab: bool = False  # run under exporter.labmode.LabMode (capture --lab)
+    lab_cpus: list[int] | None = None
 
 
 async def capture(opts: CaptureOptions, bus_cfg: BusConfig) -> tuple[Path, dict[str, Any]]:
@@ -55,7 +59,14 @@ async def capture(opts: CaptureOptions, bus_cfg: BusConfig) -> tuple[Path, dict[
     leaving nothing behind.
     """
     with BundleDir() as bundle:
-        _, derived = await _capture(opts, bus_cfg, bundle)
+        if not opts.lab:
+            _, derived = await _capture(opts, bus_cfg, bundle)
+        else:
+            from exporter.labmode import LabMode, write_lab
+
+            with LabMode(cpus=opts.lab_cpus, say=_stderr) as lab:
+                out, derived = await _capture(opts, bus_cfg, bundle)
+            write_lab(out, lab)  # after the restore, so lab.json shows it
     assert bundle.final is not None
     return bundle.final, derived
 
@@ -122,6 +133,7 @@ async def _capture(opts: CaptureOptions, bus_cfg: BusConfig,
     mine = [r for r in results if r["model"] == graph.name]
     final = mine[-1] if mine else {}
     derived = derived_metrics(final)
+    derived["latency_cv"] = latency_cv(sink.table("iteration_span"))
     derived.update(capture_heu(sink.table("kernel_span"), sink.table("iteration_span"),
                                graph.proto, graph.name, {k: list(v.shape) for k, v in
                                ort_c.runner.feed.items()},  # type: ignore[attr-defined]
@@ -151,6 +163,10 @@ async def _capture(opts: CaptureOptions, bus_cfg: BusConfig,
     return out, derived
 
 
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
 def format_summary(d: dict[str, Any]) -> str:
     """One human line per headline metric."""
     def f(v: Any, spec: str) -> str:
@@ -167,6 +183,8 @@ def format_summary(d: dict[str, Any]) -> str:
         f"bottleneck               {d.get('bottleneck') or 'n/a'}",
         *([f"HEU  (FLOP/s / peak)     {f(d['heu'], '.4f')}"] if "heu" in d else []),
         *([str(d["heu_note"])] if d.get("heu_note") else []),
+        *([f"latency CV (std/mean)    {f(d['latency_cv'], '.4f')}"] if "latency_cv" in d
+          else []),
         f"latency ms mean/p50/p99  {f(lat.get('mean'), '.3f')} / {f(lat.get('p50'), '.3f')}"
         f" / {f(lat.get('p99'), '.3f')}",
     ])

@@ -123,6 +123,23 @@ def _replicas(nats: str | None, n: int | None) -> int | None:
     return n
 
 
+def _lab_cpus(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    from exporter.labmode import parse_cpus
+
+    try:
+        cpus = parse_cpus(text)
+    except ValueError as e:
+        _fail(f"--lab-cpus: {e}")
+        raise AssertionError from None  # _fail raises
+    allowed = os.sched_getaffinity(0)
+    if not set(cpus) <= allowed:
+        _fail(f"--lab-cpus {text}: CPUs {sorted(set(cpus) - allowed)} are not available "
+              f"(this process may use {sorted(allowed)})")
+    return cpus
+
+
 @app.command()
 def capture(
     command: Annotated[list[str] | None, typer.Argument(
@@ -145,6 +162,11 @@ def capture(
     ] = None,
     calibration: Annotated[Path | None, typer.Option(
         "--calibration", help="calibration.json for HEU (default: as `calibrate`)")] = None,
+    lab: Annotated[bool, typer.Option(
+        "--lab", help="laboratory mode: dedicated cpuset cgroup, pinned threads, CPU governor "
+                      "recorded, GPU clocks locked and restored (docs/lab-mode.md)")] = False,
+    lab_cpus: Annotated[str | None, typer.Option(
+        "--lab-cpus", help="CPUs for --lab, e.g. 2-7 (default: all but the lowest)")] = None,
 ) -> None:
     """Bounded lab capture; prints the session directory as the last line.
 
@@ -179,7 +201,8 @@ def capture(
                           model_name=model_name, dims={k: int(v) for k, v in
                                                        _kv(dim, "--dim").items()},
                           fill=_kv(fill, "--fill"), progress=not quiet, argv=sys.argv,
-                          providers=_providers(providers), calibration=calibration)
+                          providers=_providers(providers), calibration=calibration,
+                          lab=lab, lab_cpus=_lab_cpus(lab_cpus))
     try:
         session, derived = asyncio.run(run_capture(opts, bus_cfg))
     except (ModelError, InputError, BusError, NatsServerError, BundleWriteError) as e:

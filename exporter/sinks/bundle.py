@@ -162,6 +162,8 @@ def env_info() -> dict[str, Any]:
     """``env.json``: platform, kernel, Python, CPU count and library versions."""
     from importlib.metadata import PackageNotFoundError, version
 
+    from exporter.hostinfo import host_details
+
     libs: dict[str, str | None] = {}
     for lib in ("onnxruntime", "onnx", "pyarrow", "nats-py", "prometheus-client", "numpy"):
         try:
@@ -176,6 +178,7 @@ def env_info() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "processor": platform.processor(),
         "libraries": libs,
+        **host_details(),  # kernel, CPU, ROCm, driver, GPUs (exporter/hostinfo.py)
     }
 
 def derived_metrics(row: dict[str, Any]) -> dict[str, Any]:
