@@ -40,6 +40,7 @@ bench: setup
 	$(PY) benchmarks/bench_rocpd.py
 	$(PY) benchmarks/bench_capture_overhead.py
 	$(PY) benchmarks/bench_instrument.py
+	$(SUDO) $(PY) benchmarks/bench_lab_noise.py
 	$(SUDO) $(PY) benchmarks/bench_sched_overhead.py
 
 ## docs/metrics.md's metric table, generated from exporter/catalogue.py (a test fails on drift).

@@ -62,9 +62,14 @@ async def capture(opts: CaptureOptions, bus_cfg: BusConfig) -> tuple[Path, dict[
         if not opts.lab:
             _, derived = await _capture(opts, bus_cfg, bundle)
         else:
-            from exporter.labmode import LabMode, write_lab
+            from dataclasses import replace
 
-            with LabMode(cpus=opts.lab_cpus, say=_stderr) as lab:
+            from exporter.labmode import LabMode, default_cpus, write_lab
+
+            cpus = opts.lab_cpus or default_cpus()
+            opts = replace(opts, lab_cpus=cpus)
+            with LabMode(cpus=cpus, say=_stderr) as lab:
+                lab.info["ort_intra_op_threads"] = len(cpus)
                 out, derived = await _capture(opts, bus_cfg, bundle)
             write_lab(out, lab)  # after the restore, so lab.json shows it
     assert bundle.final is not None
@@ -80,6 +85,8 @@ async def _capture(opts: CaptureOptions, bus_cfg: BusConfig,
         "model": opts.model, "model_name": opts.model_name, "iterations": opts.iterations,
         "warmup": opts.warmup, "chunk_s": 1e9, "dims": opts.dims, "fill": opts.fill,
         "providers": opts.providers,
+        # --lab: one intra-op thread per dedicated CPU (0: ORT's default)
+        "intra_op_threads": len(opts.lab_cpus) if opts.lab and opts.lab_cpus else 0,
         "chunk_iterations": max(10, opts.iterations // 20),
     }))
     graph = ort_c.graph  # type: ignore[attr-defined]

@@ -30,6 +30,9 @@ lab mode is active). A SIGKILL cannot be caught: then ``rocm-smi
 
 CPUs: ``cpus`` given, else every CPU this process may use except the lowest
 one when there are at least two (left to the system and other processes).
+``capture --lab`` also gives ONNX Runtime one intra-op thread per lab CPU
+(``ort_intra_op_threads`` in ``lab.json``), so its pool does not oversubscribe
+the cpuset.
 """
 
 from __future__ import annotations
@@ -75,6 +78,12 @@ def parse_cpus(text: str) -> list[int]:
     if not out:
         raise ValueError(f"CPU list {text!r} names no CPU")
     return sorted(out)
+
+
+def default_cpus() -> list[int]:
+    """Every CPU this process may use except the lowest, when there are two or more."""
+    allowed = sorted(os.sched_getaffinity(0))
+    return allowed[1:] if len(allowed) >= 2 else allowed
 
 
 def _fmt_cpus(cpus: list[int]) -> str:
@@ -261,10 +270,7 @@ class LabMode:
 
     def __enter__(self) -> LabMode:
         self.info["started_ns"] = time.time_ns()
-        cpus = self.cpus
-        if cpus is None:
-            allowed = sorted(os.sched_getaffinity(0))
-            cpus = allowed[1:] if len(allowed) >= 2 else allowed
+        cpus = self.cpus or default_cpus()
         self.info["cpus"] = cpus
         # restored last (undo runs newest first): moving cgroups resets affinity
         old = self.info["affinity_before"] = sorted(os.sched_getaffinity(0))

@@ -204,3 +204,38 @@ def test_capture_lab_writes_lab_json_env_details_and_latency_cv(
     if lab.get("cgroup"):
         assert not Path(lab["cgroup"]).exists()
     assert lab["started_ns"] >= t0 * 1e9 - 1e9
+
+
+def test_a_bad_lab_cpu_list_is_refused_with_exit_2_naming_the_flag() -> None:
+    """--lab-cpus x and a CPU this process may not use: exit 2, one line naming --lab-cpus."""
+    from typer.testing import CliRunner
+
+    from exporter.cli import app
+
+    r = CliRunner().invoke(app, ["capture", "--model", "magika", "--lab", "--lab-cpus", "x"])
+    assert r.exit_code == 2 and "--lab-cpus: CPU list 'x': 'x' is not N or N-M" in r.output
+    r = CliRunner().invoke(app, ["capture", "--model", "magika", "--lab", "--lab-cpus", "4096"])
+    assert r.exit_code == 2 and "CPUs [4096] are not available" in r.output
+
+
+def test_gpu_details_read_pci_ids_and_kfd_targets_from_sysfs(tmp_path: Path) -> None:
+    """A synthetic /sys/class/drm with one AMD card (and a connector to skip) and a
+    KFD topology node: vendor/device ids, product name and gfx target version."""
+    from exporter.hostinfo import gpu_details
+
+    drm = tmp_path / "drm_synthetic"
+    dev = drm / "card0" / "device"
+    dev.mkdir(parents=True)
+    (drm / "card0-DP-1").mkdir()
+    (dev / "vendor").write_text("0x1002\n")
+    (dev / "device").write_text("0x74a1\n")
+    (dev / "product_name").write_text("AMD Instinct MI300X\n")
+    kfd = tmp_path / "kfd_synthetic"
+    (kfd / "0").mkdir(parents=True)
+    (kfd / "0/properties").write_text("cpu_cores_count 2\ngfx_target_version 0\n")
+    (kfd / "1").mkdir()
+    (kfd / "1/properties").write_text("simd_count 1216\ngfx_target_version 90402\n")
+    (g,) = gpu_details(drm, kfd)
+    assert (g["card"], g["vendor"], g["device"]) == ("card0", "0x1002", "0x74a1")
+    assert g["product_name"] == "AMD Instinct MI300X"
+    assert g["kfd_gfx_target_versions"] == [90402]
