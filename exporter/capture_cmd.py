@@ -63,7 +63,8 @@ def descendants(pid: int, proc: Path = Path("/proc")) -> set[int]:
 
 async def capture_command(cmd: Sequence[str], out_parent: Path, bus_cfg: BusConfig,
                           rocprofv3: str = "rocprofv3",
-                          sched_interval_s: float = 0.2) -> tuple[Path, dict[str, Any], int]:
+                          sched_interval_s: float = 0.2,
+                          pmc: Sequence[str] = ()) -> tuple[Path, dict[str, Any], int]:
     """Run ``cmd``; returns the session dir, derived metrics and its exit status.
 
     Raises ``FileNotFoundError`` when the command cannot be started and
@@ -72,14 +73,15 @@ async def capture_command(cmd: Sequence[str], out_parent: Path, bus_cfg: BusConf
     """
     with BundleDir() as bundle:
         _, derived, rc = await _capture_command(cmd, out_parent, bus_cfg, bundle, rocprofv3,
-                                                sched_interval_s)
+                                                sched_interval_s, pmc)
     assert bundle.final is not None
     return bundle.final, derived, rc
 
 
 async def _capture_command(cmd: Sequence[str], out_parent: Path, bus_cfg: BusConfig,
                            bundle: BundleDir, rocprofv3: str,
-                           sched_interval_s: float) -> tuple[Path, dict[str, Any], int]:
+                           sched_interval_s: float,
+                           pmc: Sequence[str] = ()) -> tuple[Path, dict[str, Any], int]:
     s = await Session.open("capture", bus_cfg)
     try:
         out = bundle.create(out_parent / f"{s.id}_{schema.sanitize_token(Path(cmd[0]).name)}")
@@ -91,7 +93,7 @@ async def _capture_command(cmd: Sequence[str], out_parent: Path, bus_cfg: BusCon
     use_rocprof = rocprofv3_available(rocprofv3)
     # rocpd (ROCm >= 7.0's default), or CSV from a rocprofv3 that has no rocpd
     fmt = rocprofv3_output_format(rocprofv3) if use_rocprof else "csv"
-    argv = (rocprofv3_command(prof_dir, cmd, rocprofv3=rocprofv3, output_format=fmt)
+    argv = (rocprofv3_command(prof_dir, cmd, rocprofv3=rocprofv3, output_format=fmt, pmc=pmc)
             if use_rocprof else list(cmd))
     pids: set[int] = set()
     sched = create("sched" if "sched" in available() else "proc",

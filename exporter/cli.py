@@ -167,6 +167,9 @@ def capture(
                       "recorded, GPU clocks locked and restored (docs/lab-mode.md)")] = False,
     lab_cpus: Annotated[str | None, typer.Option(
         "--lab-cpus", help="CPUs for --lab, e.g. 2-7 (default: all but the lowest)")] = None,
+    pmc: Annotated[list[str], typer.Option(
+        "--pmc", help="with -- CMD: a hardware counter for rocprofv3 --pmc (repeat the flag); "
+                      "the bundle gets roofline.json (docs/calibration.md)")] = [],  # noqa: B006
 ) -> None:
     """Bounded lab capture; prints the session directory as the last line.
 
@@ -175,6 +178,8 @@ def capture(
     """
     if bool(model) == bool(command):
         _fail("give either --model or -- COMMAND ARGS")
+    if pmc and not command:
+        _fail("--pmc needs -- COMMAND ARGS (counters are collected by rocprofv3)")
     bus_cfg = BusConfig(url=nats, stream_replicas=_replicas(nats, stream_replicas))
     if command:
         from exporter.capture import format_summary
@@ -182,7 +187,7 @@ def capture(
 
         try:
             session, derived, rc = asyncio.run(
-                capture_command(command, out, bus_cfg, rocprofv3=rocprofv3))
+                capture_command(command, out, bus_cfg, rocprofv3=rocprofv3, pmc=pmc))
         except (FileNotFoundError, PermissionError, BusError, NatsServerError,
                 BundleWriteError) as e:
             _fail(str(e))
