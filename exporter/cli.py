@@ -180,6 +180,8 @@ def capture(
         _fail("give either --model or -- COMMAND ARGS")
     if pmc and not command:
         _fail("--pmc needs -- COMMAND ARGS (counters are collected by rocprofv3)")
+    if (lab or lab_cpus) and command:
+        _fail("--lab applies to --model captures (the model runs in the lab cpuset)")
     bus_cfg = BusConfig(url=nats, stream_replicas=_replicas(nats, stream_replicas))
     if command:
         from exporter.capture import format_summary

@@ -239,3 +239,13 @@ def test_gpu_details_read_pci_ids_and_kfd_targets_from_sysfs(tmp_path: Path) -> 
     assert (g["card"], g["vendor"], g["device"]) == ("card0", "0x1002", "0x74a1")
     assert g["product_name"] == "AMD Instinct MI300X"
     assert g["kfd_gfx_target_versions"] == [90402]
+
+
+def test_lab_with_a_command_is_a_usage_error() -> None:
+    """--lab with -- CMD: exit 2, saying it applies to --model captures."""
+    from typer.testing import CliRunner
+
+    from exporter.cli import app
+
+    r = CliRunner().invoke(app, ["capture", "--lab", "--", "true"])
+    assert r.exit_code == 2 and "--lab applies to --model captures" in r.output
