@@ -46,6 +46,7 @@ bench: setup
 	$(PY) benchmarks/bench_attribution.py
 	$(PY) benchmarks/bench_daemon_cost.py --baseline-ref fb47f91 --flush-interval 5
 	$(PY) benchmarks/bench_kernel_diff.py
+	$(SUDO) $(PY) benchmarks/bench_lab_noise.py
 	$(SUDO) $(PY) benchmarks/bench_sched_overhead.py
 
 ## docs/metrics.md's metric table, generated from exporter/catalogue.py (a test fails on drift).

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,8 @@ from collectors.base import CollectorContext, available, create
 from exporter import schema
 from exporter.bundle_dir import BundleDir
 from exporter.bus import BusConfig
+from exporter.heu import capture_heu
+from exporter.labmode import latency_cv
 from exporter.session import Session, gpu_collector
 from exporter.sinks.bundle import derived_metrics, env_info, finish, inference_summary, write_json
 
@@ -44,6 +47,9 @@ class CaptureOptions:
     sched_interval_s: float = 0.2
     progress: bool = True
     argv: list[str] = field(default_factory=list)
+    calibration: Path | None = None  # calibration.json for HEU (default: exporter.calibrate)
+    lab: bool = False  # run under exporter.labmode.LabMode (capture --lab)
+    lab_cpus: list[int] | None = None
 
 
 async def capture(opts: CaptureOptions, bus_cfg: BusConfig) -> tuple[Path, dict[str, Any]]:
@@ -54,7 +60,19 @@ async def capture(opts: CaptureOptions, bus_cfg: BusConfig) -> tuple[Path, dict[
     leaving nothing behind.
     """
     with BundleDir() as bundle:
-        _, derived = await _capture(opts, bus_cfg, bundle)
+        if not opts.lab:
+            _, derived = await _capture(opts, bus_cfg, bundle)
+        else:
+            from dataclasses import replace
+
+            from exporter.labmode import LabMode, default_cpus, write_lab
+
+            cpus = opts.lab_cpus or default_cpus()
+            opts = replace(opts, lab_cpus=cpus)
+            with LabMode(cpus=cpus, say=_stderr) as lab:
+                lab.info["ort_intra_op_threads"] = len(cpus)
+                out, derived = await _capture(opts, bus_cfg, bundle)
+            write_lab(out, lab)  # after the restore, so lab.json shows it
     assert bundle.final is not None
     return bundle.final, derived
 
@@ -68,6 +86,8 @@ async def _capture(opts: CaptureOptions, bus_cfg: BusConfig,
         "model": opts.model, "model_name": opts.model_name, "iterations": opts.iterations,
         "warmup": opts.warmup, "chunk_s": 1e9, "dims": opts.dims, "fill": opts.fill,
         "providers": opts.providers,
+        # --lab: one intra-op thread per dedicated CPU (0: ORT's default)
+        "intra_op_threads": len(opts.lab_cpus) if opts.lab and opts.lab_cpus else 0,
         "chunk_iterations": max(10, opts.iterations // 20),
     }))
     graph = ort_c.graph  # type: ignore[attr-defined]
@@ -121,6 +141,11 @@ async def _capture(opts: CaptureOptions, bus_cfg: BusConfig,
     mine = [r for r in results if r["model"] == graph.name]
     final = mine[-1] if mine else {}
     derived = derived_metrics(final)
+    derived["latency_cv"] = latency_cv(sink.table("iteration_span"))
+    derived.update(capture_heu(sink.table("kernel_span"), sink.table("iteration_span"),
+                               graph.proto, graph.name, {k: list(v.shape) for k, v in
+                               ort_c.runner.feed.items()},  # type: ignore[attr-defined]
+                               opts.calibration))
     write_json(out / "metrics/derived_metrics.json", derived)
     derived["bottleneck"] = finish(out, sink, final or None).get("class")
     iters = sink.table("iteration_span")
@@ -172,6 +197,8 @@ def shortfall(requested: int, recorded: dict[str, int], loss: str | None) -> str
     if loss:
         parts.append(loss)
     return "; ".join(parts) or None
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
 
 
 def format_summary(d: dict[str, Any]) -> str:
@@ -188,6 +215,10 @@ def format_summary(d: dict[str, Any]) -> str:
         f"SII  (sched interference){f(d.get('sii'), '.4f'):>7}",
         f"active ratio             {f(d.get('gpu_active_ratio'), '.4f')}",
         f"bottleneck               {d.get('bottleneck') or 'n/a'}",
+        *([f"HEU  (FLOP/s / peak)     {f(d['heu'], '.4f')}"] if "heu" in d else []),
+        *([str(d["heu_note"])] if d.get("heu_note") else []),
+        *([f"latency CV (std/mean)    {f(d['latency_cv'], '.4f')}"] if "latency_cv" in d
+          else []),
         f"latency ms mean/p50/p99  {f(lat.get('mean'), '.3f')} / {f(lat.get('p50'), '.3f')}"
         f" / {f(lat.get('p99'), '.3f')}",
     ])

@@ -65,7 +65,8 @@ def descendants(pid: int, proc: Path = Path("/proc")) -> set[int]:
 
 async def capture_command(cmd: Sequence[str], out_parent: Path, bus_cfg: BusConfig,
                           rocprofv3: str = "rocprofv3",
-                          sched_interval_s: float = 0.2) -> tuple[Path, dict[str, Any], int]:
+                          sched_interval_s: float = 0.2,
+                          pmc: Sequence[str] = ()) -> tuple[Path, dict[str, Any], int]:
     """Run ``cmd``; returns the session dir, derived metrics and its exit status.
 
     Raises ``FileNotFoundError`` when the command cannot be started and
@@ -74,14 +75,15 @@ async def capture_command(cmd: Sequence[str], out_parent: Path, bus_cfg: BusConf
     """
     with BundleDir() as bundle:
         _, derived, rc = await _capture_command(cmd, out_parent, bus_cfg, bundle, rocprofv3,
-                                                sched_interval_s)
+                                                sched_interval_s, pmc)
     assert bundle.final is not None
     return bundle.final, derived, rc
 
 
 async def _capture_command(cmd: Sequence[str], out_parent: Path, bus_cfg: BusConfig,
                            bundle: BundleDir, rocprofv3: str,
-                           sched_interval_s: float) -> tuple[Path, dict[str, Any], int]:
+                           sched_interval_s: float,
+                           pmc: Sequence[str] = ()) -> tuple[Path, dict[str, Any], int]:
     s = await Session.open("capture", bus_cfg)
     try:
         out = bundle.create(out_parent / f"{s.id}_{schema.sanitize_token(Path(cmd[0]).name)}")
@@ -93,7 +95,7 @@ async def _capture_command(cmd: Sequence[str], out_parent: Path, bus_cfg: BusCon
     use_rocprof = rocprofv3_available(rocprofv3)
     # rocpd (ROCm >= 7.0's default), or CSV from a rocprofv3 that has no rocpd
     fmt = rocprofv3_output_format(rocprofv3) if use_rocprof else "csv"
-    argv = (rocprofv3_command(prof_dir, cmd, rocprofv3=rocprofv3, output_format=fmt)
+    argv = (rocprofv3_command(prof_dir, cmd, rocprofv3=rocprofv3, output_format=fmt, pmc=pmc)
             if use_rocprof else list(cmd))
     pids: set[int] = set()
     sched = create("sched" if "sched" in available() else "proc",
@@ -147,4 +149,12 @@ async def _capture_command(cmd: Sequence[str], out_parent: Path, bus_cfg: BusCon
     llm = write_saved(out)
     if llm is not None:
         derived["llm"] = llm
+    if use_rocprof:  # counters in rocprofv3's output (e.g. --pmc via ROCPROF_* config)
+        from exporter.roofline import write_roofline
+
+        roof = write_roofline(out, [prof_dir], rejects=rejects)
+        if roof is not None:
+            derived["roofline_bound"] = roof[0]["summary"]["bound"]
+            if roof[1] is not None:
+                derived["bottleneck"] = roof[1]["class"]
     return out, derived, rc

@@ -155,6 +155,23 @@ def _replicas(nats: str | None, n: int | None) -> int | None:
     return n
 
 
+def _lab_cpus(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    from exporter.labmode import parse_cpus
+
+    try:
+        cpus = parse_cpus(text)
+    except ValueError as e:
+        _fail(f"--lab-cpus: {e}")
+        raise AssertionError from None  # _fail raises
+    allowed = os.sched_getaffinity(0)
+    if not set(cpus) <= allowed:
+        _fail(f"--lab-cpus {text}: CPUs {sorted(set(cpus) - allowed)} are not available "
+              f"(this process may use {sorted(allowed)})")
+    return cpus
+
+
 @app.command()
 def capture(
     command: Annotated[list[str] | None, typer.Argument(
@@ -177,6 +194,16 @@ def capture(
     ] = None,
     outbox_max_bytes: OutboxOpt = OUTBOX_MAX_BYTES,
     nats_duplicate_window: DupWindowOpt = DUPLICATE_WINDOW_S,
+    calibration: Annotated[Path | None, typer.Option(
+        "--calibration", help="calibration.json for HEU (default: as `calibrate`)")] = None,
+    lab: Annotated[bool, typer.Option(
+        "--lab", help="laboratory mode: dedicated cpuset cgroup, pinned threads, CPU governor "
+                      "recorded, GPU clocks locked and restored (docs/lab-mode.md)")] = False,
+    lab_cpus: Annotated[str | None, typer.Option(
+        "--lab-cpus", help="CPUs for --lab, e.g. 2-7 (default: all but the lowest)")] = None,
+    pmc: Annotated[list[str], typer.Option(
+        "--pmc", help="with -- CMD: a hardware counter for rocprofv3 --pmc (repeat the flag); "
+                      "the bundle gets roofline.json (docs/calibration.md)")] = [],  # noqa: B006
 ) -> None:
     """Bounded lab capture; prints the session directory as the last line.
 
@@ -188,6 +215,10 @@ def capture(
     """
     if bool(model) == bool(command):
         _fail("give either --model or -- COMMAND ARGS")
+    if pmc and not command:
+        _fail("--pmc needs -- COMMAND ARGS (counters are collected by rocprofv3)")
+    if (lab or lab_cpus) and command:
+        _fail("--lab applies to --model captures (the model runs in the lab cpuset)")
     bus_cfg = _session_bus(nats, outbox_max_bytes, nats_duplicate_window)
     bus_cfg.stream_replicas = _replicas(nats, stream_replicas)
     if command:
@@ -195,7 +226,7 @@ def capture(
 
         try:
             session, derived, rc = asyncio.run(
-                capture_command(command, out, bus_cfg, rocprofv3=rocprofv3))
+                capture_command(command, out, bus_cfg, rocprofv3=rocprofv3, pmc=pmc))
         except (FileNotFoundError, PermissionError, BusError, NatsServerError,
                 BundleWriteError, MissingExtra) as e:
             _fail(str(e))
@@ -213,7 +244,8 @@ def capture(
                           model_name=model_name, dims={k: int(v) for k, v in
                                                        _kv(dim, "--dim").items()},
                           fill=_kv(fill, "--fill"), progress=not quiet, argv=sys.argv,
-                          providers=_providers(providers))
+                          providers=_providers(providers), calibration=calibration,
+                          lab=lab, lab_cpus=_lab_cpus(lab_cpus))
     try:
         session, derived = asyncio.run(run_capture(opts, bus_cfg))
     except (ModelError, InputError, BusError, NatsServerError, BundleWriteError,
@@ -453,6 +485,36 @@ def diff(
         _fail(str(e))
         return
     raise typer.Exit(rc)
+
+
+@app.command()
+def calibrate(
+    calibration: Annotated[Path | None, typer.Option(
+        "--calibration", help="calibration file; default $AACO_CALIBRATION, else "
+                              "~/.cache/aaco-exporter/calibration.json")] = None,
+    refresh: Annotated[bool, typer.Option(help="remeasure even when a calibration exists")
+                       ] = False,
+    gemm_n: Annotated[int, typer.Option(min=64, help="GEMM matrix size n")] = 2048,
+    reps: Annotated[int, typer.Option(min=1, help="repetitions per figure")] = 5,
+    stream_mib: Annotated[int | None, typer.Option(
+        min=1, help="STREAM array size in MiB (default 4x last-level cache, >= 64)")] = None,
+) -> None:
+    """Measure this host's peak FLOP/s (GEMM) and memory bandwidth (STREAM copy,
+    triad) and store calibration.json; reused when present (docs/calibration.md)."""
+    from exporter.calibrate import CalibrateOptions, default_path, format_summary
+    from exporter.calibrate import calibrate as run_calibrate
+
+    path = calibration or default_path()
+    opts = CalibrateOptions(gemm_n=gemm_n, gemm_reps=reps, stream_reps=reps,
+                            stream_bytes=None if stream_mib is None else stream_mib << 20)
+    try:
+        data, how = run_calibrate(path, refresh, opts,
+                                  progress=lambda m: typer.echo(f"measuring {m}", err=True))
+    except OSError as e:
+        _fail(f"{path}: cannot write calibration: {e.strerror or e}")
+        return
+    typer.echo(format_summary(data))
+    typer.echo(f"calibration {how}: {path}")
 
 
 @app.command()

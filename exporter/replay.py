@@ -17,6 +17,7 @@ from collectors.rocprof.rejects import Rejects
 from collectors.rocprof.replay import hip_api_table, load_paths
 from exporter.bundle_dir import BundleDir
 from exporter.bus import BusConfig
+from exporter.roofline import write_roofline
 from exporter.session import Session
 
 
@@ -59,5 +60,10 @@ async def replay(paths: Sequence[Path], out_parent: Path,
         derived = s.write_trace_bundle(out, {"kind": "replay",
                                              "inputs": [str(p) for p in paths]},
                                        rejects, hip_api_table([Path(p) for p in paths]))
+        roof = write_roofline(out, [Path(p) for p in paths], rejects=rejects)
+        if roof is not None:
+            derived["roofline_bound"] = roof[0]["summary"]["bound"]
+            if roof[1] is not None:
+                derived["bottleneck"] = roof[1]["class"]
     assert bundle.final is not None
     return bundle.final, derived, rejects

@@ -16,6 +16,12 @@ GPU lengthens kernels). Otherwise the workload class (``launch-bound``,
 primary rule wins. Confidence = score x (0.5 + 0.5 x share of the class's
 rule weight that could be evaluated).
 
+The roofline rules (``roofline_memory_share``, ``roofline_compute_share``,
+from a bundle's ``roofline.json``) are primary for ``memory-bound`` /
+``compute-bound`` and weigh 4, more than any activity heuristic; when a
+bundle has no roofline they are left out of the evaluable share, so verdicts
+without counters are unchanged. When they decide, they lead the evidence.
+
 >>> v = classify(Features(micro_kernel_share=0.95, launch_tax=2.0, active_ratio=0.3))
 >>> v.label, round(v.confidence, 3)
 ('launch-bound', 0.917)
@@ -104,6 +110,8 @@ class Features:
     throttle_residency: float | None = None  # share of samples throttled, [0, 1]
     power_cap_ratio: float | None = None  # power / power limit
     clock_cv: float | None = None  # std / mean of graphics clock
+    roofline_memory_share: float | None = None  # kernel time below the ridge point, [0, 1]
+    roofline_compute_share: float | None = None  # kernel time at/above the ridge, [0, 1]
 
     def to_dict(self) -> dict[str, float | None]:
         """JSON-able dict of all fields."""
@@ -173,6 +181,7 @@ class _Rule:
     threshold: float
     weight: float
     primary: bool = False
+    optional: bool = False  # only counted in the evaluable share when its signal exists
 
 
 RULES: Mapping[str, tuple[_Rule, ...]] = {
@@ -192,10 +201,14 @@ RULES: Mapping[str, tuple[_Rule, ...]] = {
         _Rule("kernel_rate_hz", ">=", T.KERNEL_RATE_LAUNCH_HZ, 1.0),
     ),
     "memory-bound": (
+        _Rule("roofline_memory_share", ">=", T.ROOFLINE_SHARE, 4.0, primary=True,
+              optional=True),
         _Rule("mem_share", ">=", T.MEM_SHARE_MEMORY, 3.0, primary=True),
         _Rule("active_ratio", ">=", T.ACTIVE_RATIO_HIGH, 1.0),
     ),
     "compute-bound": (
+        _Rule("roofline_compute_share", ">=", T.ROOFLINE_SHARE, 4.0, primary=True,
+              optional=True),
         _Rule("active_ratio", ">=", T.ACTIVE_RATIO_HIGH, 2.0, primary=True),
         _Rule("gfx_activity", ">=", T.GFX_BUSY_HIGH, 2.0, primary=True),
         _Rule("mean_kernel_ns", ">=", T.MEAN_KERNEL_LONG_NS, 1.0),
@@ -212,7 +225,8 @@ _WORKLOAD = ("launch-bound", "memory-bound", "compute-bound")
 def _evaluate(label: str, f: Features) -> tuple[float, float, bool, list[Evidence]]:
     """(score, evaluable weight share, primary met, evidence) of one class."""
     ev: list[Evidence] = []
-    total = sum(r.weight for r in RULES[label])
+    total = sum(r.weight for r in RULES[label]
+                if not r.optional or getattr(f, r.signal) is not None)
     avail = met_w = 0.0
     primary = False
     for r in RULES[label]:
@@ -377,9 +391,13 @@ def features_from_window(
     sched: pa.Table | None = None,
     gauges: pa.Table | None = None,
     result: Mapping[str, Any] | None = None,
+    roofline: Mapping[str, Any] | None = None,
 ) -> Features:
     """Features of one window.
 
+    ``roofline`` is a ``roofline.json`` dict (exporter/roofline.py): its
+    ``summary`` memory/compute-bound shares become ``roofline_memory_share`` /
+    ``roofline_compute_share`` when kernels were placed.
     ``kernels`` (KERNEL_SPAN), ``sched`` (SCHED_SAMPLE) and ``gauges``
     (GAUGE_SAMPLE) are the window's rows; ``result`` is an ANALYTICS_RESULT
     row (or ``derived_metrics.json``) whose ``kar``, ``launch_tax``, ``sii``
@@ -397,6 +415,12 @@ def features_from_window(
         v = (result or {}).get(k)
         if isinstance(v, int | float) and not math.isnan(float(v)):
             vals[name] = float(v)
+    summary = (roofline or {}).get("summary") or {}
+    if summary.get("placed_families"):
+        for key in ("memory_bound_share", "compute_bound_share"):
+            v = summary.get(key)
+            if isinstance(v, int | float):
+                vals[f"roofline_{key.split('_')[0]}_share"] = float(v)
     names = {f.name for f in fields(Features)}
     return Features(**{k: v for k, v in vals.items() if k in names})
 
@@ -411,19 +435,22 @@ def features_from_bundle(path: Path) -> Features:
     """Features of a whole session bundle directory.
 
     Reads ``profiler/kernels.parquet``, ``telemetry/system_events.parquet``,
-    ``telemetry/gauges.parquet`` and ``metrics/derived_metrics.json``; each may
-    be absent. Raises ``FileNotFoundError`` if ``path`` is not a directory.
+    ``telemetry/gauges.parquet``, ``metrics/derived_metrics.json`` and
+    ``roofline.json``; each may be absent. Raises ``FileNotFoundError`` if
+    ``path`` is not a directory.
     """
     path = Path(path)
     if not path.is_dir():
         raise FileNotFoundError(f"not a session bundle directory: {path}")
     dm = path / "metrics" / "derived_metrics.json"
     derived = json.loads(dm.read_text()) if dm.is_file() else None
+    rl = path / "roofline.json"
     return features_from_window(
         _read(path / "profiler" / "kernels.parquet"),
         _read(path / "telemetry" / "system_events.parquet"),
         _read(path / "telemetry" / "gauges.parquet"),
         derived,
+        json.loads(rl.read_text()) if rl.is_file() else None,
     )
 
 

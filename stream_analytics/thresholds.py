@@ -72,6 +72,14 @@ counters). Memory-bound evidence when the memory controller is busier than
 the graphics engine. Fixtures: MI250 (wandb, ROCm 6) 0.63; R9700 at 100% gfx
 with 4% memory 0.04."""
 
+ROOFLINE_SHARE: Final = 0.5
+"""share of the counter-profiled kernel time (or HBM bytes, when durations are
+unknown) whose kernel families sit below (memory) or at/above (compute) the
+roofline ridge point (``roofline.json`` ``summary``, exporter/roofline.py).
+A majority decides: the roofline position is a direct measurement of the
+kernels' arithmetic intensity against this GPU's ceilings, so its rules weigh
+more than the activity-share heuristics."""
+
 GFX_BUSY_HIGH: Final = 0.8
 """ratio. rocm-smi "GPU use (%)" / 100 at or above this is a busy GPU."""
 

@@ -28,6 +28,8 @@ EXTERNAL = {  # flags of other tools the docs show, by tool
     "--collection-period": "rocprofv3", "--strict": "mypy", "--help": "every command (click)",
     "--force-reinstall": "pip", "--no-deps": "pip",
     "--attach-duration-msec": "rocprofv3", "--attach-sync-output": "rocprofv3",
+    "--pmc": "rocprofv3", "--setperflevel": "rocm-smi", "--showperflevel": "rocm-smi",
+    "--perf-level": "amd-smi set",
 }
 
 

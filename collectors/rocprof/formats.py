@@ -38,6 +38,8 @@ KNOWN: dict[str, str] = {
     "rocprof_v1_results": "rocprof v1 results.csv (KernelName,DispatchNs,BeginNs,EndNs)",
     "rocprof_compute_timestamps": "rocprof-compute timestamps.csv "
     "(Dispatch_ID,Kernel_Name,Start_Timestamp,End_Timestamp)",
+    "rocprof_compute_pmc_perf": "rocprof-compute pmc_perf.csv (one row per dispatch, one "
+    "column per counter: SQ_*, TCC_*, TCP_*)",
     "rocprofv3_json": "rocprofv3 --output-format json (top key 'rocprofiler-sdk-tool')",
     "kineto_json": "Kineto / PyTorch profiler Chrome trace JSON(.gz) with 'traceEvents'",
     "rocpd": "rocprofv3 rocpd SQLite database (default output since ROCm 7.0, "
@@ -75,6 +77,9 @@ def detect_header(header: Sequence[str]) -> str | None:
         return "rocprof_v1_results"
     if {"Name", "Calls", "TotalDurationNs"} <= h:
         return "rocprof_stats"
+    if {"Dispatch_ID", "Kernel_Name"} <= h and any(c.startswith(("SQ_", "TCC_", "TCP_"))
+                                                   for c in h):
+        return "rocprof_compute_pmc_perf"  # counters, not kernels: timestamps.csv has those
     if {"Dispatch_ID", "Kernel_Name", "Start_Timestamp", "End_Timestamp"} <= h:
         return "rocprof_compute_timestamps"
     if {"Counter_Name", "Counter_Value"} <= h:

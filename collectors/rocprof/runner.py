@@ -29,13 +29,15 @@ def rocprofv3_command(
     rocprofv3: str = "rocprofv3",
     collection_period: str | None = None,
     output_format: str = "rocpd",
+    pmc: Sequence[str] = (),
 ) -> list[str]:
     """argv running ``cmd`` under rocprofv3 with kernel + HIP runtime traces
     into ``out_dir`` as ``output_format`` (rocprofv3 ``--output-format``:
     ``rocpd``, the default, or ``csv``).
 
     ``collection_period`` (rocprofv3 ``--collection-period``, e.g.
-    ``"0:1:0"`` = delay:duration:repeat seconds) is passed through when set.
+    ``"0:1:0"`` = delay:duration:repeat seconds) is passed through when set;
+    ``pmc`` (hardware counters, rocprofv3 ``--pmc``) too, for ``roofline.json``.
 
     >>> rocprofv3_command(Path("/tmp/o"), ["python", "x.py"])[:4]
     ['rocprofv3', '-d', '/tmp/o', '-o']
@@ -44,6 +46,8 @@ def rocprofv3_command(
             "--hip-runtime-trace", "--output-format", output_format]
     if collection_period:
         argv += ["--collection-period", collection_period]
+    if pmc:
+        argv += ["--pmc", *pmc]
     return [*argv, "--", *cmd]
 
 

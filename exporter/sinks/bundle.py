@@ -22,6 +22,8 @@ Bundle layout (one directory per session)::
     attribution/kernel_groups.parquet     kernels per node / op type / family
     runtime/ort_config.json          providers, session options, node -> EP, PFI
                                      (ORT captures; docs/attribution.md)
+    roofline.json                    kernels on the roofline, when counters exist
+                                     (exporter/roofline.py)
     trace.pftrace                    Perfetto trace (threads, iterations, GPU queues,
                                      counters, launch->kernel flows); only with the
                                      ``perfetto`` extra (else a one-line warning)
@@ -174,6 +176,8 @@ def env_info() -> dict[str, Any]:
     """``env.json``: platform, kernel, Python, CPU count and library versions."""
     from importlib.metadata import PackageNotFoundError, version
 
+    from exporter.hostinfo import host_details
+
     libs: dict[str, str | None] = {}
     for lib in ("onnxruntime", "onnx", "pyarrow", "nats-py", "prometheus-client", "numpy"):
         try:
@@ -188,6 +192,7 @@ def env_info() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "processor": platform.processor(),
         "libraries": libs,
+        **host_details(),  # kernel, CPU, ROCm, driver, GPUs (exporter/hostinfo.py)
     }
 
 def derived_metrics(row: dict[str, Any]) -> dict[str, Any]:

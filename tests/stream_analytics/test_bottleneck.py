@@ -115,3 +115,40 @@ def test_gauge_features_read_the_collector_metric_names_over_a_window() -> None:
     assert f["mem_share"] == pytest.approx(300 / 400)  # increases, not lifetime 5300/6400
     assert f["throttle_residency"] == pytest.approx((0.6 + 0.0) / 2)
     assert f["gfx_activity"] == 0.0 and "power_cap_ratio" not in f
+
+
+def test_the_roofline_position_decides_memory_against_busy_gpu_heuristics() -> None:
+    """All kernel time below the ridge point makes the window memory-bound even
+    with a busy GPU (active ratio and gfx activity 0.9, the compute-bound
+    heuristics), and the roofline leads the evidence."""
+    from stream_analytics.bottleneck import Features, classify
+
+    v = classify(Features(roofline_memory_share=1.0, roofline_compute_share=0.0,
+                          active_ratio=0.9, gfx_activity=0.9))
+    assert v.label == "memory-bound"
+    assert v.evidence[0].signal == "roofline_memory_share" and v.evidence[0].met
+    assert v.confidence == 0.5 + 0.5 * 5 / 8  # rules met 5/5, evaluable 5 of 8
+
+
+def test_the_roofline_position_decides_compute_against_a_memory_activity_share() -> None:
+    """All kernel time at/above the ridge makes it compute-bound although the
+    SMI memory share (0.7) alone would say memory-bound."""
+    from stream_analytics.bottleneck import Features, classify
+
+    f = Features(mem_share=0.7, active_ratio=0.9)
+    assert classify(f).label == "memory-bound"
+    v = classify(Features(mem_share=0.7, active_ratio=0.9, roofline_memory_share=0.0,
+                          roofline_compute_share=1.0))
+    assert v.label == "compute-bound" and v.evidence[0].signal == "roofline_compute_share"
+
+
+def test_without_a_roofline_confidences_are_unchanged() -> None:
+    """The optional roofline rules do not dilute a verdict made without counters:
+    every compute-bound rule met gives confidence 1.0 as before."""
+    from stream_analytics.bottleneck import Features, classify
+
+    v = classify(Features(active_ratio=0.9, gfx_activity=0.9, mean_kernel_ns=1e6,
+                          launch_tax=0.01, mem_share=0.1))
+    assert v.label == "compute-bound" and v.confidence == 1.0
+    assert all(e.signal not in ("roofline_memory_share", "roofline_compute_share")
+               for e in v.evidence)
