@@ -26,7 +26,6 @@ from collectors.base import CollectorContext, available, create
 from exporter import schema
 from exporter.bundle_dir import BundleDir
 from exporter.bus import BusConfig
-from exporter.heu import capture_heu
 from exporter.labmode import latency_cv
 from exporter.session import Session, gpu_collector
 from exporter.sinks.bundle import derived_metrics, env_info, finish, inference_summary, write_json
@@ -142,6 +141,8 @@ async def _capture(opts: CaptureOptions, bus_cfg: BusConfig,
     final = mine[-1] if mine else {}
     derived = derived_metrics(final)
     derived["latency_cv"] = latency_cv(sink.table("iteration_span"))
+    from exporter.heu import capture_heu  # onnx: the ort extra, as --model itself
+
     derived.update(capture_heu(sink.table("kernel_span"), sink.table("iteration_span"),
                                graph.proto, graph.name, {k: list(v.shape) for k, v in
                                ort_c.runner.feed.items()},  # type: ignore[attr-defined]
