@@ -24,6 +24,7 @@ from collectors.base import CollectorContext, available, create
 from exporter import schema
 from exporter.bundle_dir import BundleDir
 from exporter.bus import BusConfig
+from exporter.phases import Phases
 from exporter.session import Session, gpu_collector
 from exporter.sinks.bundle import derived_metrics, env_info, finish, inference_summary, write_json
 
@@ -43,6 +44,9 @@ class CaptureOptions:
     sched_interval_s: float = 0.2
     progress: bool = True
     argv: list[str] = field(default_factory=list)
+    phases: Phases = field(default_factory=Phases)
+    """Seconds per phase: ``run`` (the model under the collectors), ``analytics``,
+    ``bundle``, ``trace``; also written to ``session.json`` as ``timings_s``."""
 
 
 async def capture(opts: CaptureOptions, bus_cfg: BusConfig) -> tuple[Path, dict[str, Any]]:
@@ -71,7 +75,7 @@ async def _capture(opts: CaptureOptions, bus_cfg: BusConfig,
     }))
     graph = ort_c.graph  # type: ignore[attr-defined]
     try:
-        s = await Session.open("capture", bus_cfg)
+        s = await Session.open("capture", bus_cfg, opts.phases)
     except BaseException:
         ort_c.close()
         raise
@@ -104,7 +108,8 @@ async def _capture(opts: CaptureOptions, bus_cfg: BusConfig,
                       transient=True) as bar:
             task = bar.add_task(f"capture {graph.name}", total=opts.iterations)
             while not ort_c.done:  # type: ignore[attr-defined]
-                await pipe.collect_once(ort_c)
+                with s.phases.time("run"):
+                    await pipe.collect_once(ort_c)
                 if not pipe.health["ort"].up:
                     raise RuntimeError(pipe.health["ort"].last_error)
                 bar.update(task, completed=ort_c.runner.next_iteration)  # type: ignore[attr-defined]
@@ -115,13 +120,17 @@ async def _capture(opts: CaptureOptions, bus_cfg: BusConfig,
     finally:
         await s.close()
     sink = s.sink
-    counts = sink.write(out)
-    results = sink.table("analytics_result").to_pylist()
-    mine = [r for r in results if r["model"] == graph.name]
-    final = mine[-1] if mine else {}
-    derived = derived_metrics(final)
-    write_json(out / "metrics/derived_metrics.json", derived)
-    derived["bottleneck"] = finish(out, sink, final or None).get("class")
+    with s.phases.time("bundle"):
+        counts = sink.write(out)
+        results = sink.table("analytics_result").to_pylist()
+        mine = [r for r in results if r["model"] == graph.name]
+        final = mine[-1] if mine else {}
+        derived = derived_metrics(final)
+        write_json(out / "metrics/derived_metrics.json", derived)
+    try:
+        derived["bottleneck"] = finish(out, sink, final or None, timer=s.phases.time).get("class")
+    finally:
+        sink.discard()
     iters = sink.table("iteration_span")
     write_json(out / "metrics/inference_summary.json",
                inference_summary(iters.column("duration_ns").to_numpy(), opts.warmup))
@@ -141,6 +150,7 @@ async def _capture(opts: CaptureOptions, bus_cfg: BusConfig,
         "warmup": opts.warmup, "schema_version": schema.SCHEMA_VERSION,
         "nats": bus_cfg.url or "embedded", "rows": counts,
         "drops": s.drops(), "scheduler_source": sched.source,
+        "timings_s": s.phases.as_dict(),
     })
     return out, derived
 

@@ -20,6 +20,7 @@ import typer
 from exporter.bundle_dir import BundleWriteError
 from exporter.bus import BusConfig, BusError
 from exporter.natsserver import NatsServerError
+from exporter.phases import Phases
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Event-streaming observability exporter for AI inference.")
@@ -122,7 +123,8 @@ def capture(
     dim: Annotated[list[str], typer.Option(help="symbolic dim NAME=VALUE")] = [],  # noqa: B006
     fill: Annotated[list[str], typer.Option(help="constant input NAME=VALUE")] = [],  # noqa: B006
     nats: NatsOpt = None,
-    quiet: Annotated[bool, typer.Option(help="no progress bar")] = False,
+    quiet: Annotated[bool, typer.Option(
+        help="no progress bar and no timings on stderr (for scripts)")] = False,
     rocprofv3: Annotated[str, typer.Option(help="rocprofv3 executable")] = "rocprofv3",
     providers: Annotated[str | None, typer.Option(
         help="ONNX Runtime execution providers in order, comma-separated (e.g. "
@@ -140,15 +142,19 @@ def capture(
         from exporter.capture import format_summary
         from exporter.capture_cmd import capture_command
 
+        phases = Phases()
         try:
             session, derived, rc = asyncio.run(
-                capture_command(command, out, BusConfig(url=nats), rocprofv3=rocprofv3))
+                capture_command(command, out, BusConfig(url=nats), rocprofv3=rocprofv3,
+                                phases=phases, progress=not quiet))
         except (FileNotFoundError, PermissionError, BusError, NatsServerError,
                 BundleWriteError) as e:
             _fail(str(e))
             return
         if rc != 0:
             typer.echo(f"aaco-exporter: warning: {command[0]} exited with status {rc}", err=True)
+        if not quiet:
+            typer.echo(phases.summary(), err=True)
         typer.echo(format_summary(derived))
         typer.echo(str(session))
         return
@@ -167,6 +173,8 @@ def capture(
     except (ModelError, InputError, BusError, NatsServerError, BundleWriteError) as e:
         _fail(str(e))
         return
+    if not quiet:
+        typer.echo(opts.phases.summary(), err=True)
     typer.echo(format_summary(derived))
     typer.echo(str(session))
 
@@ -336,21 +344,30 @@ def replay(
     out: Annotated[Path, typer.Option(help="parent directory of session bundles")] = Path(
         "sessions"),
     nats: NatsOpt = None,
+    quiet: Annotated[bool, typer.Option(
+        help="no progress bar and no timings on stderr (for scripts)")] = False,
 ) -> None:
-    """Push recorded rocprof/Kineto outputs through the bus and analytics."""
+    """Push recorded rocprof/Kineto outputs through the bus and analytics.
+
+    Shows a progress bar on stderr (when it is a terminal) and prints the
+    seconds per phase (parse, bus, analytics, bundle, trace) to stderr at the
+    end, unless ``--quiet``."""
     from collectors.rocprof.formats import UnknownFormat
     from exporter.capture import format_summary
     from exporter.replay import NothingToReplay
     from exporter.replay import replay as run_replay
 
     try:
-        session, derived, rejects = asyncio.run(run_replay(paths, out, BusConfig(url=nats)))
+        session, derived, rejects, phases = asyncio.run(
+            run_replay(paths, out, BusConfig(url=nats), progress=not quiet))
     except (FileNotFoundError, UnknownFormat, NothingToReplay, BusError, NatsServerError,
             BundleWriteError) as e:
         _fail(str(e))
         return
     typer.echo(format_summary(derived))
     typer.echo(f"rejected rows: {rejects.summary()}", err=True)
+    if not quiet:
+        typer.echo(phases.summary(), err=True)
     typer.echo(str(session))
 
 

@@ -12,16 +12,19 @@ import logging
 import socket
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from rich.progress import Progress
 
-from collectors.base import Collector, CollectorContext, create
+from collectors.base import Collector, CollectorContext, Emit, create
 from collectors.rocprof.rejects import Rejects
 from exporter import schema
 from exporter.bus import Bus, BusConfig
+from exporter.phases import Phases
 from exporter.pipeline import Pipeline
 from exporter.sinks.bundle import BundleSink, derived_metrics, env_info, finish, write_json
 from stream_analytics.consumer import AnalyticsConsumer
@@ -55,9 +58,14 @@ class Session:
     pipe: Pipeline
     sink: BundleSink
     consumer: AnalyticsConsumer
+    phases: Phases = field(default_factory=Phases)
+    progress: Progress | None = None
 
     @classmethod
-    async def open(cls, kind: str, bus_cfg: BusConfig) -> Session:
+    async def open(cls, kind: str, bus_cfg: BusConfig, phases: Phases | None = None) -> Session:
+        """Start the pipeline (embedded nats-server unless ``bus_cfg.url``), the
+        bundle sink and the analytics consumer; ``phases`` times the session
+        (a new one when ``None``)."""
         host = socket.gethostname()
         sid = new_session_id()
         pipe = Pipeline(host, bus_cfg, session=sid)
@@ -71,7 +79,7 @@ class Session:
         except BaseException:
             await pipe.close()
             raise
-        return cls(sid, host, bus_cfg, pipe, sink, consumer)
+        return cls(sid, host, bus_cfg, pipe, sink, consumer, phases or Phases())
 
     @property
     def bus(self) -> Bus:
@@ -80,8 +88,38 @@ class Session:
 
     async def drain(self) -> None:
         """Let analytics and the bundle sink read everything published."""
-        await self.consumer.drain()
-        await self.sink.drain()
+        with self.phases.time("analytics"):
+            await self.consumer.drain()
+        with self.phases.time("bundle"):
+            await self.sink.drain()
+
+    async def publish(self, emits: Iterable[Emit],
+                      transform: Callable[[Emit], pa.RecordBatch] | None = None) -> int:
+        """Publish every emit of ``emits`` (a parser's output; ``transform``
+        maps an emit to the batch to publish), keeping the analytics consumer
+        and the bundle sink reading as it goes so the backlog stays bounded;
+        returns the rows published. Times ``parse`` (pulling from ``emits``),
+        ``bus``, ``analytics`` and ``bundle``; shows rows on the progress bar."""
+        it = iter(emits)
+        task = self.progress.add_task("replay rows", total=None) if self.progress else None
+        rows = published = 0
+        while True:
+            with self.phases.time("parse"):
+                emit = next(it, None)
+            if emit is None:
+                break
+            batch = transform(emit) if transform is not None else emit.batch
+            rows += batch.num_rows
+            with self.phases.time("bus"):
+                published += await self.bus.publish_table(emit.signal, batch, emit.key)
+            if published % 64 == 0:  # keep the backlog bounded
+                with self.phases.time("analytics"):
+                    await self.consumer.step(timeout=0.01)
+                with self.phases.time("bundle"):
+                    await self.sink.step(timeout=0.01)
+            if self.progress is not None and task is not None:
+                self.progress.update(task, completed=rows)
+        return rows
 
     async def close(self) -> None:
         await self.pipe.close()
@@ -102,24 +140,37 @@ class Session:
         """Bundle of a session without a model (GPU traces): returns derived metrics.
 
         ``derived_metrics.json`` describes the key with the most kernel spans
-        and lists every key under ``keys``.
+        and lists every key under ``keys``; ``session.json`` has ``timings_s``,
+        the seconds per phase so far (:class:`exporter.phases.Phases`).
         """
         out.mkdir(parents=True, exist_ok=True)
-        counts = self.sink.write(out)
-        keys = self.final_results()
-        derived = derived_metrics(keys[0]) if keys else derived_metrics({})
-        derived["kernel_count_total"] = sum(int(r["kernel_spans_total"]) for r in keys)
-        derived["keys"] = [derived_metrics(r) | {"pid": r["pid"], "model": r["model"]}
-                           for r in keys]
-        write_json(out / "metrics/derived_metrics.json", derived)
+        ph = self.phases
+        with ph.time("bundle"):
+            counts = self.sink.write(out)
+            keys = self.final_results()
+            derived = derived_metrics(keys[0]) if keys else derived_metrics({})
+            derived["kernel_count_total"] = sum(int(r["kernel_spans_total"]) for r in keys)
+            derived["keys"] = [derived_metrics(r) | {"pid": r["pid"], "model": r["model"]}
+                               for r in keys]
+            write_json(out / "metrics/derived_metrics.json", derived)
+        task = None
+        if self.progress is not None:
+            task = self.progress.add_task("trace.pftrace", total=counts.get("kernel_span", 0))
+
+        def advance(rows: int) -> None:
+            if self.progress is not None and task is not None:
+                self.progress.update(task, completed=rows)
+
         derived["bottleneck"] = finish(out, self.sink, keys[0] if keys else None,
-                                       hip_api).get("class")
-        write_json(out / "rejects.json", {"dropped": rejects.counts, "notes": rejects.notes,
-                                          "examples": rejects.examples})
-        write_json(out / "env.json", env_info())
-        write_json(out / "session.json", {
-            "session_id": self.id, "host": self.host, "schema_version": schema.SCHEMA_VERSION,
-            "nats": self.bus_cfg.url or "embedded", "rows": counts, "drops": self.drops(),
-            **info,
-        })
+                                       hip_api, timer=ph.time, progress=advance).get("class")
+        self.sink.discard()
+        with ph.time("bundle"):
+            write_json(out / "rejects.json", {"dropped": rejects.counts, "notes": rejects.notes,
+                                              "examples": rejects.examples})
+            write_json(out / "env.json", env_info())
+            write_json(out / "session.json", {
+                "session_id": self.id, "host": self.host,
+                "schema_version": schema.SCHEMA_VERSION, "nats": self.bus_cfg.url or "embedded",
+                "rows": counts, "drops": self.drops(), "timings_s": ph.as_dict(), **info,
+            })
         return derived

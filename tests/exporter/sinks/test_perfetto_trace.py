@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
+from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TracePacket, TrackEvent
 
 from exporter.schema import ITERATION_SPAN, KERNEL_SPAN, conform
 from exporter.sinks.perfetto_trace import write_trace
@@ -29,36 +29,63 @@ class Parsed:
 
 
 def parse(path: Path) -> Parsed:
+    """Read the file as trace_processor does: one ``Trace`` (the file is a
+    concatenation of ``Trace`` messages), interned names resolved in file order
+    (an id must be interned before a packet uses it), then events stably
+    sorted by timestamp and begin/end paired per track."""
     trace = Trace.FromString(path.read_bytes())
     out = Parsed()
-    stacks: dict[int, list[dict[str, object]]] = {}
-    for p in trace.packet:
+    names: dict[int, str] = {}
+    cats: dict[int, str] = {}
+    ann_names: dict[int, str] = {}
+    strings: dict[int, str] = {}
+    events: list[tuple[int, int, TrackEvent]] = []
+    for i, p in enumerate(trace.packet):
+        assert p.trusted_packet_sequence_id == 1
+        if p.sequence_flags & TracePacket.SEQ_INCREMENTAL_STATE_CLEARED:
+            names, cats, ann_names, strings = {}, {}, {}, {}
+        d = p.interned_data
+        names |= {e.iid: e.name for e in d.event_names}
+        cats |= {e.iid: e.name for e in d.event_categories}
+        ann_names |= {e.iid: e.name for e in d.debug_annotation_names}
+        strings |= {e.iid: e.str.decode() for e in d.debug_annotation_string_values}
         if p.HasField("track_descriptor"):
             out.tracks[p.track_descriptor.uuid] = p.track_descriptor
         if not p.HasField("track_event"):
             continue
         ev = p.track_event
+        if ev.type == TrackEvent.TYPE_SLICE_BEGIN:  # resolve interned ids now (file order)
+            if ev.name_iid:
+                ev.name = names[ev.name_iid]
+            ev.categories.extend(cats[c] for c in ev.category_iids)
+            for a in ev.debug_annotations:
+                if a.name_iid:
+                    a.name = ann_names[a.name_iid]
+                if a.HasField("string_value_iid"):
+                    a.string_value = strings[a.string_value_iid]
+        events.append((p.timestamp, i, ev))
+    stacks: dict[int, list[dict[str, object]]] = {}
+    for ts, _, ev in sorted(events, key=lambda e: (e[0], e[1])):
         st = stacks.setdefault(ev.track_uuid, [])
         if ev.type == TrackEvent.TYPE_SLICE_BEGIN:
             ann = {a.name: a for a in ev.debug_annotations}
             s: dict[str, object] = {
                 "track": ev.track_uuid,
-                "ts": p.timestamp,
+                "ts": ts,
                 "name": ev.name,
                 "cat": ev.categories[0],
                 "parent": st[-1] if st else None,
                 "flow_out": list(ev.flow_ids),
                 "flow_in": list(ev.terminating_flow_ids),
                 "corr": ann["correlation_id"].int_value if "correlation_id" in ann else None,
+                "ann": ann,
             }
             st.append(s)
             out.slices.append(s)
         elif ev.type == TrackEvent.TYPE_SLICE_END:
-            st.pop()["end"] = p.timestamp
+            st.pop()["end"] = ts
         elif ev.type == TrackEvent.TYPE_COUNTER:
-            out.counters.setdefault(ev.track_uuid, []).append(
-                (p.timestamp, ev.double_counter_value)
-            )
+            out.counters.setdefault(ev.track_uuid, []).append((ts, ev.double_counter_value))
     assert all(not st for st in stacks.values()), "unbalanced begin/end"
     return out
 
