@@ -38,6 +38,7 @@ bench: setup
 	$(PY) benchmarks/bench_pipeline.py
 	$(PY) benchmarks/bench_rocprof.py
 	$(PY) benchmarks/bench_rocpd.py
+	$(PY) benchmarks/bench_replay.py
 	$(PY) benchmarks/bench_capture_overhead.py
 	$(PY) benchmarks/bench_instrument.py
 	$(SUDO) $(PY) benchmarks/bench_sched_overhead.py

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TracePacket, TrackEvent
 
 from exporter.schema import ITERATION_SPAN, KERNEL_SPAN, conform
@@ -265,3 +266,54 @@ def test_gpu_gauges_get_one_counter_track_per_sensor_and_clock_domain(tmp_path: 
     assert len(temps) == 7 and "hw.gpu.temperature gpu0 hbm_3" in temps
     assert all(len(p.counters[names[n]]) == 1 for n in clocks | temps)
     assert p.counters[names["hw.gpu.clock gpu0 sclk"]] == [(5, 800e6)]
+
+
+def _tiled_kernels(copies: int, keep_ids: int) -> pa.Table:
+    """The real rocprofv3 rows ``copies`` times, each copy 10 ms later; copy
+    ``keep_ids`` keeps the file's correlation ids, the others get new ones."""
+    ks = data.rocprof_kernels()
+    parts = []
+    for i in range(copies):
+        t = ks
+        for c in ("start_ns", "end_ns"):
+            t = t.set_column(t.schema.get_field_index(c), c, pc.add(t[c], 10_000_000 * i))
+        if i != keep_ids:
+            cid = t.schema.get_field_index("correlation_id")
+            t = t.set_column(cid, "correlation_id", pc.add(t["correlation_id"], 1000 * (i + 1)))
+        parts.append(t)
+    return pa.concat_tables(parts)
+
+
+def test_gpu_kernels_written_in_chunks_keep_every_slice_and_intern_each_name_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """360 GPU kernels fed as 50-row batches and written 16 rows per chunk: every
+    row is one kernel slice with its name, times and ids; each kernel name is
+    interned once for the whole file; the hipLaunchKernel flow reaches the
+    kernel with its correlation id in a late chunk."""
+    import exporter.sinks.perfetto_trace as pt
+
+    monkeypatch.setattr(pt, "CHUNK_ROWS", 16)
+    ks = _tiled_kernels(40, keep_ids=20)
+    empty = pa.Table.from_batches([conform("iteration_span", ITERATION_SPAN.empty_table())])
+    stats = write_trace(tmp_path / "t.pftrace", iter(ks.to_batches(max_chunksize=50)), empty,
+                        hip_api=data.rocprof_hip_api())
+    assert stats.kernel_slices == ks.num_rows == 360
+    assert stats.chunks > 360 // 16
+    p = parse(stats.path)
+    kernels = [s for s in p.slices if s["cat"] == "kernel"]
+    got = sorted((s["name"], s["ts"], s["end"], s["corr"],
+                  s["ann"]["dispatch_id"].int_value,  # type: ignore[index]
+                  s["ann"]["kernel_family"].string_value)  # type: ignore[index]
+                 for s in kernels)
+    want = sorted(zip(*(ks[c].to_pylist() for c in ("kernel_name", "start_ns", "end_ns",
+                                                   "correlation_id", "dispatch_id",
+                                                   "kernel_family")), strict=True))
+    assert got == want
+    interned = [e.name for pk in Trace.FromString(stats.path.read_bytes()).packet
+                for e in pk.interned_data.event_names]
+    assert sorted(interned) == sorted(set(ks["kernel_name"].to_pylist()))
+    (src,) = [s for s in p.slices if s["flow_out"]]
+    (dst,) = [s for s in p.slices if s["flow_in"]]
+    assert stats.flows == 1 and src["flow_out"] == dst["flow_in"]
+    assert src["name"] == "hipLaunchKernel" and dst["corr"] == 5
+    assert dst["ts"] in ks["start_ns"].to_pylist()[20 * 9: 21 * 9]  # the copy with the ids
