@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -100,7 +101,10 @@ def fixed64(values: npt.NDArray[np.integer], mask: Mask | None = None,
 
 def length(parts: Sequence[Part]) -> I64:
     """Bytes per row of a message made of ``parts``."""
-    return np.sum([p.length for p in parts], axis=0, dtype=np.int64)
+    out = np.zeros(len(parts[0].length), dtype=np.int64)
+    for p in parts:
+        out += p.length
+    return out
 
 
 def message(field: int, parts: Sequence[Part], mask: Mask | None = None) -> list[Part]:
@@ -135,7 +139,7 @@ def assemble(groups: Sequence[Sequence[Part]], rows: npt.NDArray[np.integer]) ->
             c += w
         r0 += n
     idx = np.asarray(rows, dtype=np.int64)
-    it = np.int32 if total_rows * width < 2**31 else np.int64
+    it: type[np.signedinteger[Any]] = np.int32 if total_rows * width < 2**31 else np.int64
     seg_start = (start[idx] + (idx * width)[:, None]).ravel().astype(it)
     seg_len = lens[idx].ravel().astype(it)
     keep = seg_len > 0
@@ -146,4 +150,4 @@ def assemble(groups: Sequence[Sequence[Part]], rows: npt.NDArray[np.integer]) ->
     seg_off = np.cumsum(seg_len, dtype=np.int64).astype(it) - seg_len
     gather = np.repeat(seg_start - seg_off, seg_len)
     gather += np.arange(total, dtype=it)
-    return src.ravel()[gather].tobytes()
+    return bytes(src.ravel()[gather].tobytes())
