@@ -82,7 +82,7 @@ from exporter.sinks import perfetto_slices as ps
 from exporter.sinks.otlp_proto import match_iterations
 
 SEQ_ID = ps.SEQ_ID
-CHUNK_ROWS = 65_536
+CHUNK_ROWS = 16_384
 """Kernel rows encoded per chunk (a larger input batch is split)."""
 FLUSH_PACKETS = 20_000
 """Packets built with the protobuf classes are written every this many."""
