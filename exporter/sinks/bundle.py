@@ -31,6 +31,7 @@ import platform
 import shutil
 import sys
 import tempfile
+import weakref
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -127,6 +128,7 @@ class BundleSink:
             if self._spool_dir is None:
                 self._own_dir = tempfile.mkdtemp(prefix="aaco-spool-")
                 self._spool_dir = Path(self._own_dir)
+                weakref.finalize(self, shutil.rmtree, self._own_dir, True)
             path = self._spool_dir / f"{signal}.parquet"
             self._spools[signal] = _Spool(path, schema.SCHEMAS[signal])
         return self._spools[signal]
