@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -82,9 +81,12 @@ def varint(values: npt.NDArray[np.integer], mask: Mask | None = None,
     p = len(prefix)
     data = np.empty((n, p + w), dtype=np.uint8)
     data[:, :p] = np.frombuffer(prefix, dtype=np.uint8)
-    body = ((v[:, None] >> _SHIFTS[:w]) & np.uint64(0x7F)).astype(np.uint8)
-    body |= np.where(np.arange(w) < (nb - 1)[:, None], np.uint8(0x80), np.uint8(0))
-    data[:, p:] = body
+    if w == 1:  # every value below 128: one byte each
+        data[:, p] = v.astype(np.uint8)
+    else:
+        body = ((v[:, None] >> _SHIFTS[:w]) & np.uint64(0x7F)).astype(np.uint8)
+        body |= np.where(np.arange(w) < (nb - 1)[:, None], np.uint8(0x80), np.uint8(0))
+        data[:, p:] = body
     return Part(data, _mask(nb + p, mask))
 
 
@@ -119,35 +121,23 @@ def assemble(groups: Sequence[Sequence[Part]], rows: npt.NDArray[np.integer]) ->
     """The bytes of the chosen messages back to back.
 
     ``groups`` are messages with ``n_g`` rows each; ``rows`` indexes their
-    rows as if the groups were stacked (group 0's rows first)."""
+    rows as if the groups were stacked (group 0's rows first). Each row's
+    parts are laid side by side in one padded array with a mask of the bytes
+    in use; the chosen rows are taken in order and the mask compacts them."""
     sizes = [len(g[0].length) for g in groups]
-    widths = [sum(p.data.shape[1] for p in g) for g in groups]
-    nparts = max(len(g) for g in groups)
-    width = max(widths)
+    width = max(sum(p.data.shape[1] for p in g) for g in groups)
     total_rows = sum(sizes)
     src = np.zeros((total_rows, width), dtype=np.uint8)
-    start = np.zeros((total_rows, nparts), dtype=np.int64)
-    lens = np.zeros((total_rows, nparts), dtype=np.int64)
+    used = np.zeros((total_rows, width), dtype=bool)
+    cols = np.arange(width)
     r0 = 0
     for g, n in zip(groups, sizes, strict=True):
         c = 0
-        for j, p in enumerate(g):
+        for p in g:
             w = p.data.shape[1]
             src[r0:r0 + n, c:c + w] = p.data
-            start[r0:r0 + n, j] = c
-            lens[r0:r0 + n, j] = p.length
+            used[r0:r0 + n, c:c + w] = cols[:w] < p.length[:, None]
             c += w
         r0 += n
-    idx = np.asarray(rows, dtype=np.int64)
-    it: type[np.signedinteger[Any]] = np.int32 if total_rows * width < 2**31 else np.int64
-    seg_start = (start[idx] + (idx * width)[:, None]).ravel().astype(it)
-    seg_len = lens[idx].ravel().astype(it)
-    keep = seg_len > 0
-    seg_start, seg_len = seg_start[keep], seg_len[keep]
-    total = int(seg_len.sum())
-    if total == 0:
-        return b""
-    seg_off = np.cumsum(seg_len, dtype=np.int64).astype(it) - seg_len
-    gather = np.repeat(seg_start - seg_off, seg_len)
-    gather += np.arange(total, dtype=it)
-    return bytes(src.ravel()[gather].tobytes())
+    idx = np.asarray(rows, dtype=np.intp)
+    return bytes(src[idx][used[idx]].tobytes())
