@@ -134,7 +134,9 @@ def run_replay(input_dir: Path, out: Path, rows: int, parse_trace: bool) -> Run:
     proc.returncode = os.waitstatus_to_exitcode(status)
     stdout, stderr = log_out.read_text(), log_err.read_text()
     if proc.returncode != 0:
-        raise RuntimeError(f"replay exited {proc.returncode}: {stderr[-2000:]}")
+        tb = stderr.find("Traceback")
+        raise RuntimeError(f"replay exited {proc.returncode}: "
+                           f"{stderr[max(tb, 0):][:3000]} ... {stderr[-1500:]}")
     bundle = Path(stdout.strip().splitlines()[-1])
     session = json.loads((bundle / "session.json").read_text())
     assert session["rows"]["kernel_span"] == rows, session["rows"]

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import nats
 import pyarrow as pa
 from nats.aio.client import Client
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig, SubjectTransform
 from nats.js.errors import BadRequestError
@@ -41,6 +42,10 @@ _PARTITION = re.compile(r"partition\((\d+),")
 
 class BusError(RuntimeError):
     """The bus is unreachable or refused an operation."""
+
+
+PUBLISH_ATTEMPTS = 4
+"""Sends of one message before a missing JetStream ack is an error."""
 
 
 @dataclass
@@ -133,6 +138,7 @@ class Bus:
         self.session = session
         self.published_messages = 0
         self.published_rows = 0
+        self.publish_retries = 0
 
     @classmethod
     async def open(
@@ -182,6 +188,11 @@ class Bus:
     ) -> int:
         """Publish ``table`` as one or more messages; returns the count.
 
+        A message whose JetStream ack does not come in time is sent again with
+        the same message id (deduplicated by the stream) up to
+        :data:`PUBLISH_ATTEMPTS` times in all (``publish_retries`` counts the
+        re-sends); then ``nats.errors.TimeoutError`` is raised.
+
         The subject and ``Aaco-Host`` header name ``host`` (default: the
         bus's own host); an analytics worker serving several hosts passes
         each result's host so it lands on that host's subject.
@@ -195,7 +206,17 @@ class Bus:
             max_bytes=self.cfg.max_payload_bytes,
             session=self.session,
         ):
-            await self.js.publish(msg.subject, msg.payload, headers=msg.headers)
+            for attempt in range(PUBLISH_ATTEMPTS):
+                try:
+                    await self.js.publish(msg.subject, msg.payload, headers=msg.headers)
+                    break
+                except NatsTimeoutError:
+                    # No ack in time (a busy server): send again. The message id
+                    # is the same, so a copy that was stored is dropped as a duplicate.
+                    if attempt == PUBLISH_ATTEMPTS - 1:
+                        raise
+                    self.publish_retries += 1
+                    await asyncio.sleep(0.1 * 2**attempt)
             n += 1
         self.published_messages += n
         self.published_rows += table.num_rows

@@ -164,10 +164,19 @@ class BundleSink:
         return len(msgs)
 
     async def drain(self) -> None:
-        """Read until the consumer has nothing pending."""
+        """Read until the consumer has nothing pending (a busy server's late
+        answer to the pending count is asked again, up to 5 times in a row)."""
+        late = 0
         while True:
             n = await self.step()
-            info = await self._sub.consumer_info()
+            try:
+                info = await self._sub.consumer_info()
+            except NatsTimeout:
+                late += 1
+                if late >= 5:
+                    raise
+                continue
+            late = 0
             if n == 0 and info.num_pending == 0:
                 return
 
