@@ -122,6 +122,7 @@ class BundleSink:
         self._own_dir: str | None = None
         self._spools: dict[str, _Spool] = {}
         self.rows: Counter[str] = Counter()
+        self._last_seq = 0
 
     def _spool(self, signal: str) -> _Spool:
         if signal not in self._spools:
@@ -129,6 +130,7 @@ class BundleSink:
                 self._own_dir = tempfile.mkdtemp(prefix="aaco-spool-")
                 self._spool_dir = Path(self._own_dir)
                 weakref.finalize(self, shutil.rmtree, self._own_dir, True)
+            self._spool_dir.mkdir(parents=True, exist_ok=True)
             path = self._spool_dir / f"{signal}.parquet"
             self._spools[signal] = _Spool(path, schema.SCHEMAS[signal])
         return self._spools[signal]
@@ -146,6 +148,11 @@ class BundleSink:
         except (TimeoutError, NatsTimeout):
             return 0
         for m in msgs:
+            seq = m.metadata.sequence.stream
+            if self._last_seq and seq > self._last_seq + 1:
+                # deleted by the stream's limits before this sink read them
+                self.drops["stream_gap"] += seq - self._last_seq - 1
+            self._last_seq = max(self._last_seq, seq)
             hdrs = m.headers or {}
             if hdrs.get(schema.H_SCHEMA, "").startswith("otlp."):
                 continue  # the OTLP copy of data this sink already has
