@@ -139,7 +139,12 @@ def run_replay(input_dir: Path, out: Path, rows: int, parse_trace: bool) -> Run:
                            f"{stderr[max(tb, 0):][:3000]} ... {stderr[-1500:]}")
     bundle = Path(stdout.strip().splitlines()[-1])
     session = json.loads((bundle / "session.json").read_text())
-    assert session["rows"]["kernel_span"] == rows, session["rows"]
+    got = session["rows"]["kernel_span"]
+    print(f"  rows in the bundle {got:,} of {rows:,}; drops {session['drops']}; "
+          f"timings {session.get('timings_s')}; wall {wall:.1f} s; "
+          f"ru_maxrss {ru.ru_maxrss / 1024:.0f} MiB; tree peak {peak[0] / 2**20:.0f} MiB",
+          flush=True)
+    assert got == rows, session["rows"]
     cpu = ru.ru_utime + ru.ru_stime
     trace = bundle / "trace.pftrace"
     r = Run(rows, wall, cpu, ru.ru_maxrss * 1024, peak[0], session.get("timings_s", {}),
@@ -177,6 +182,8 @@ def main() -> None:
                 say(f"baseline: OTel SDK span per row + OTLP/gRPC to a receiver, "
                     f"{a.baseline_rows:,} rows ...")
                 base = bench_otel_real(p, a.baseline_rows)
+                say(f"  baseline: {base.spans:,} spans in {base.wall_s:.2f} s = "
+                    f"{base.spans_per_s:,.0f} spans/s")
             say(f"replay {rows:,} rows ...")
             r = run_replay(src, Path(d) / f"out_{rows}", rows, parse_trace=rows == sizes[0])
             runs.append(r)

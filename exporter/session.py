@@ -133,15 +133,15 @@ class Session:
         most :data:`MAX_LAG` messages behind ``published``, so the stream's
         ``max_bytes`` retention never deletes what they have not read (a
         publisher that ran ahead on a busy machine lost a third of 10M rows).
-        Gives up waiting on a reader that fetches nothing for 5 s (it then
+        Gives up waiting on a reader that fetches nothing for 60 s (it then
         counts what it missed as ``stream_gap`` drops)."""
         readers = (("sink", self.sink.step, "bundle"), ("analytics", self.consumer.step,
                                                           "analytics"))
         for name, step, phase in readers:
             idle = 0
-            while published - seen[name] > MAX_LAG and idle < 100:
+            while published - seen[name] > MAX_LAG and idle < 300:
                 with self.phases.time(phase):
-                    n = await step(timeout=0.05)
+                    n = await step(timeout=0.2)
                 seen[name] += n
                 idle = 0 if n else idle + 1
 
