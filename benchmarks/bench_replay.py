@@ -30,7 +30,7 @@ Goals (issue 14): whole command >= 50x the baseline's spans/s at 2M rows; peak
 RSS <= 1 GiB at 2M and 10M rows. Both are printed as met or not.
 
 Usage: ``python benchmarks/bench_replay.py [--rows 2000000] [--big-rows 10000000]
-[--baseline-rows 50000] [--no-big]``
+[--baseline-rows 50000] [--no-big] [--no-parse-trace] [--json F]``
 """
 
 from __future__ import annotations
@@ -142,6 +142,7 @@ def run_replay(input_dir: Path, out: Path, rows: int, parse_trace: bool) -> Run:
     got = session["rows"]["kernel_span"]
     print(f"  rows in the bundle {got:,} of {rows:,}; drops {session['drops']}; "
           f"timings {session.get('timings_s')}; wall {wall:.1f} s; "
+          f"peak RSS by getrusage in the command {session.get('peak_rss_bytes')}; "
           f"ru_maxrss {ru.ru_maxrss / 1024:.0f} MiB; tree peak {peak[0] / 2**20:.0f} MiB",
           flush=True)
     assert got == rows, session["rows"]
@@ -162,6 +163,8 @@ def main() -> None:
     ap.add_argument("--baseline-rows", type=int, default=50_000)
     ap.add_argument("--no-big", action="store_true", help="skip the --big-rows run")
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--no-parse-trace", action="store_true",
+                    help="skip parsing the first run's trace.pftrace back")
     a = ap.parse_args()
 
     def say(msg: str) -> None:
@@ -185,7 +188,8 @@ def main() -> None:
                 say(f"  baseline: {base.spans:,} spans in {base.wall_s:.2f} s = "
                     f"{base.spans_per_s:,.0f} spans/s")
             say(f"replay {rows:,} rows ...")
-            r = run_replay(src, Path(d) / f"out_{rows}", rows, parse_trace=rows == sizes[0])
+            parse = rows == sizes[0] and not a.no_parse_trace
+            r = run_replay(src, Path(d) / f"out_{rows}", rows, parse_trace=parse)
             runs.append(r)
             p.unlink()
     say("")

@@ -46,6 +46,15 @@ def _timed(it: Iterator[Emit], phases: Phases, phase: str) -> Iterator[Emit]:
         yield item
 
 
+def _peak_rss() -> dict[str, int]:
+    """Peak RSS so far of this process (``self``) and of its exited children
+    (``children``: the embedded nats-server), from ``getrusage`` (Linux: KiB)."""
+    import resource
+
+    return {"self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "children": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}
+
+
 def new_session_id() -> str:
     """``YYYYmmddTHHMMSS-xxxxxx``: sortable, unique enough for one host."""
     return f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
@@ -195,6 +204,7 @@ class Session:
             write_json(out / "session.json", {
                 "session_id": self.id, "host": self.host,
                 "schema_version": schema.SCHEMA_VERSION, "nats": self.bus_cfg.url or "embedded",
-                "rows": counts, "drops": self.drops(), "timings_s": ph.as_dict(), **info,
+                "rows": counts, "drops": self.drops(), "timings_s": ph.as_dict(),
+                "peak_rss_bytes": _peak_rss(), **info,
             })
         return derived
