@@ -80,6 +80,7 @@ class BusError(RuntimeError):
     """The bus is unreachable or refused an operation."""
 
 
+
 @dataclass
 class BusConfig:
     """Where and how to connect. ``url=None`` means the embedded server.
@@ -313,6 +314,10 @@ class Bus:
         host: str | None = None,
     ) -> int:
         """Publish ``table`` as one or more messages; returns the count.
+
+        A message whose JetStream ack does not come in time is held by the
+        outbox and published again later, unless the stream turns out to have
+        stored it (see the module docstring); it is never lost silently.
 
         The subject and ``Aaco-Host`` header name ``host`` (default: the
         bus's own host); an analytics worker serving several hosts passes

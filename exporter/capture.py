@@ -27,6 +27,7 @@ from exporter import schema
 from exporter.bundle_dir import BundleDir
 from exporter.bus import BusConfig
 from exporter.labmode import latency_cv
+from exporter.phases import Phases
 from exporter.session import Session, gpu_collector
 from exporter.sinks.bundle import derived_metrics, env_info, finish, inference_summary, write_json
 
@@ -49,6 +50,9 @@ class CaptureOptions:
     calibration: Path | None = None  # calibration.json for HEU (default: exporter.calibrate)
     lab: bool = False  # run under exporter.labmode.LabMode (capture --lab)
     lab_cpus: list[int] | None = None
+    phases: Phases = field(default_factory=Phases)
+    """Seconds per phase: ``run`` (the model under the collectors), ``analytics``,
+    ``bundle``, ``trace``; also written to ``session.json`` as ``timings_s``."""
 
 
 async def capture(opts: CaptureOptions, bus_cfg: BusConfig) -> tuple[Path, dict[str, Any]]:
@@ -91,7 +95,7 @@ async def _capture(opts: CaptureOptions, bus_cfg: BusConfig,
     }))
     graph = ort_c.graph  # type: ignore[attr-defined]
     try:
-        s = await Session.open("capture", bus_cfg)
+        s = await Session.open("capture", bus_cfg, opts.phases)
     except BaseException:
         ort_c.close()
         raise
@@ -124,7 +128,8 @@ async def _capture(opts: CaptureOptions, bus_cfg: BusConfig,
                       transient=True) as bar:
             task = bar.add_task(f"capture {graph.name}", total=opts.iterations)
             while not ort_c.done:  # type: ignore[attr-defined]
-                await pipe.collect_once(ort_c)
+                with s.phases.time("run"):
+                    await pipe.collect_once(ort_c)
                 if not pipe.health["ort"].up:
                     raise RuntimeError(pipe.health["ort"].last_error)
                 bar.update(task, completed=ort_c.runner.next_iteration)  # type: ignore[attr-defined]
@@ -135,20 +140,24 @@ async def _capture(opts: CaptureOptions, bus_cfg: BusConfig,
     finally:
         await s.close()
     sink = s.sink
-    counts = sink.write(out)
-    results = sink.table("analytics_result").to_pylist()
-    mine = [r for r in results if r["model"] == graph.name]
-    final = mine[-1] if mine else {}
-    derived = derived_metrics(final)
-    derived["latency_cv"] = latency_cv(sink.table("iteration_span"))
-    from exporter.heu import capture_heu  # onnx: the ort extra, as --model itself
+    with s.phases.time("bundle"):
+        counts = sink.write(out)
+        results = sink.table("analytics_result").to_pylist()
+        mine = [r for r in results if r["model"] == graph.name]
+        final = mine[-1] if mine else {}
+        derived = derived_metrics(final)
+        derived["latency_cv"] = latency_cv(sink.table("iteration_span"))
+        from exporter.heu import capture_heu  # onnx: the ort extra, as --model itself
 
-    derived.update(capture_heu(sink.table("kernel_span"), sink.table("iteration_span"),
-                               graph.proto, graph.name, {k: list(v.shape) for k, v in
-                               ort_c.runner.feed.items()},  # type: ignore[attr-defined]
-                               opts.calibration))
-    write_json(out / "metrics/derived_metrics.json", derived)
-    derived["bottleneck"] = finish(out, sink, final or None).get("class")
+        derived.update(capture_heu(sink.table("kernel_span"), sink.table("iteration_span"),
+                                   graph.proto, graph.name, {k: list(v.shape) for k, v in
+                                   ort_c.runner.feed.items()},  # type: ignore[attr-defined]
+                                   opts.calibration))
+        write_json(out / "metrics/derived_metrics.json", derived)
+    try:
+        derived["bottleneck"] = finish(out, sink, final or None, timer=s.phases.time).get("class")
+    finally:
+        sink.discard()
     iters = sink.table("iteration_span")
     recorded = {"iterations": iters.num_rows,
                 "kernels": sink.table("kernel_span").num_rows,
@@ -176,6 +185,7 @@ async def _capture(opts: CaptureOptions, bus_cfg: BusConfig,
         "nats": bus_cfg.url or "embedded", "rows": counts,
         "drops": s.drops(), "scheduler_source": sched.source,
         "recorded": recorded, "shortfall": derived["shortfall"], "outbox": s.outbox_stats(),
+        "timings_s": s.phases.as_dict(),
     })
     return out, derived
 

@@ -21,7 +21,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from collectors.base import CollectorContext, available, create
+import pyarrow as pa
+from rich.progress import Progress
+
+from collectors.base import CollectorContext, Emit, available, create
 from collectors.rocprof.clock import ClockMapper
 from collectors.rocprof.rejects import Rejects
 from collectors.rocprof.replay import hip_api_table, load_paths
@@ -36,6 +39,8 @@ from exporter.bundle_dir import BundleDir
 from exporter.bus import BusConfig
 from exporter.instrument.llm import ENV_DIR
 from exporter.llm_bundle import RAW, write_saved
+from exporter.phases import Phases
+from exporter.progress import bar
 from exporter.session import Session, gpu_collector
 
 
@@ -64,27 +69,32 @@ def descendants(pid: int, proc: Path = Path("/proc")) -> set[int]:
 
 
 async def capture_command(cmd: Sequence[str], out_parent: Path, bus_cfg: BusConfig,
-                          rocprofv3: str = "rocprofv3",
-                          sched_interval_s: float = 0.2,
-                          pmc: Sequence[str] = ()) -> tuple[Path, dict[str, Any], int]:
+                          rocprofv3: str = "rocprofv3", sched_interval_s: float = 0.2,
+                          pmc: Sequence[str] = (), phases: Phases | None = None,
+                          progress: bool = False) -> tuple[Path, dict[str, Any], int]:
     """Run ``cmd``; returns the session dir, derived metrics and its exit status.
+
+    ``phases`` collects the seconds per phase (``run``: the command, then
+    ``parse``, ``bus``, ``analytics``, ``bundle``, ``trace`` of its rocprof
+    outputs); ``progress`` shows a progress bar on stderr while they are read.
 
     Raises ``FileNotFoundError`` when the command cannot be started and
     :class:`exporter.bundle_dir.BundleWriteError` when the bundle cannot be
     written (it is written atomically: nothing is left behind).
     """
-    with BundleDir() as bundle:
+    with BundleDir() as bundle, bar(progress) as shown:
         _, derived, rc = await _capture_command(cmd, out_parent, bus_cfg, bundle, rocprofv3,
-                                                sched_interval_s, pmc)
+                                                sched_interval_s, pmc, phases or Phases(), shown)
     assert bundle.final is not None
     return bundle.final, derived, rc
 
 
 async def _capture_command(cmd: Sequence[str], out_parent: Path, bus_cfg: BusConfig,
-                           bundle: BundleDir, rocprofv3: str,
-                           sched_interval_s: float,
-                           pmc: Sequence[str] = ()) -> tuple[Path, dict[str, Any], int]:
-    s = await Session.open("capture", bus_cfg)
+                           bundle: BundleDir, rocprofv3: str, sched_interval_s: float,
+                           pmc: Sequence[str], phases: Phases,
+                           shown: Progress) -> tuple[Path, dict[str, Any], int]:
+    s = await Session.open("capture", bus_cfg, phases)
+    s.progress = shown
     try:
         out = bundle.create(out_parent / f"{s.id}_{schema.sanitize_token(Path(cmd[0]).name)}")
     except BaseException:
@@ -115,37 +125,44 @@ async def _capture_command(cmd: Sequence[str], out_parent: Path, bus_cfg: BusCon
             *argv, env={**os.environ, ENV_DIR: str(out / RAW)})
         pids.add(child.pid)
         await s.pipe.collect_once(sched)  # prime
-        while child.returncode is None:
-            pids.update(descendants(child.pid))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(child.wait(), sched_interval_s)
-            await s.pipe.collect_once(sched)
-            await s.consumer.step(timeout=0.01)
+        with phases.time("run"):
+            while child.returncode is None:
+                pids.update(descendants(child.pid))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(child.wait(), sched_interval_s)
+                await s.pipe.collect_once(sched)
+                await s.consumer.step(timeout=0.01)
         rc = int(child.returncode)
         t1 = time.time_ns()
         stop.set()
         if gpu_task is not None:
             await gpu_task  # its last poll is published before the drain
         outputs = find_outputs(prof_dir)
-        for emit in load_paths(outputs, rejects):
+
+        def to_wall(emit: Emit) -> pa.RecordBatch:
             # rocprof's boot-relative clock -> wall clock, told by the child's run window
-            batch = (clock(emit.batch, (t0, t1)) if emit.signal in ("kernel_span", "iteration_span")
-                     else emit.batch)
-            await s.bus.publish_table(emit.signal, batch, emit.key)
+            return (clock(emit.batch, (t0, t1)) if emit.signal in ("kernel_span", "iteration_span")
+                    else emit.batch)
+
+        await s.publish(load_paths(outputs, rejects), to_wall)
         await s.drain()
-        hip_api = hip_api_table(outputs, offset_ns=clock.offset_ns)  # load_paths counted bad rows
+        with phases.time("parse"):  # load_paths counted bad rows
+            hip_api = hip_api_table(outputs, offset_ns=clock.offset_ns)
     finally:
         stop.set()
         if gpu_task is not None and not gpu_task.done():
             gpu_task.cancel()
         await s.close()
     final = str(bundle.final)  # argv as recorded names the bundle's final path
-    derived = s.write_trace_bundle(out, {"kind": "command", "command": list(cmd),
-                                         "argv": [x.replace(str(out), final) for x in argv],
-                                         "rocprofv3": use_rocprof, "exit_status": rc,
-                                         "rocprof_clock": clock.clock,
-                                         "rocprof_clock_offset_ns": clock.offset_ns}, rejects,
-                                 hip_api)
+    try:
+        derived = s.write_trace_bundle(out, {"kind": "command", "command": list(cmd),
+                                             "argv": [x.replace(str(out), final) for x in argv],
+                                             "rocprofv3": use_rocprof, "exit_status": rc,
+                                             "rocprof_clock": clock.clock,
+                                             "rocprof_clock_offset_ns": clock.offset_ns},
+                                       rejects, hip_api)
+    finally:
+        s.sink.discard()
     llm = write_saved(out)
     if llm is not None:
         derived["llm"] = llm

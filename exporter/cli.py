@@ -22,6 +22,7 @@ from exporter.bundle_dir import BundleWriteError
 from exporter.bus import BusConfig, BusError
 from exporter.extras import MissingExtra
 from exporter.natsserver import NatsServerError
+from exporter.phases import Phases
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Event-streaming observability exporter for AI inference.")
@@ -53,10 +54,13 @@ def _session_bus(nats: str | None, outbox_max_bytes: int, dup_window: float,
                      duplicate_window_s=dup_window, stream_replicas=replicas)
 
 
-def _finish(derived: dict[str, object], session: Path) -> None:
-    """Print the summary and the session; exit 2 when the result is partial."""
+def _finish(derived: dict[str, object], session: Path, timings: str | None = None) -> None:
+    """Print the phase timings (stderr, unless None), the summary and the
+    session; exit 2 when the result is partial."""
     from exporter.capture import format_summary
 
+    if timings is not None:
+        typer.echo(timings, err=True)
     typer.echo(format_summary(derived))
     short = derived.get("shortfall")
     if short:
@@ -186,7 +190,8 @@ def capture(
     fill: Annotated[list[str], typer.Option(help="constant input NAME=VALUE")] = [],  # noqa: B006
     nats: NatsOpt = None,
     stream_replicas: ReplicasOpt = None,
-    quiet: Annotated[bool, typer.Option(help="no progress bar")] = False,
+    quiet: Annotated[bool, typer.Option(
+        help="no progress bar and no timings on stderr (for scripts)")] = False,
     rocprofv3: Annotated[str, typer.Option(help="rocprofv3 executable")] = "rocprofv3",
     providers: Annotated[str | None, typer.Option(
         help="ONNX Runtime execution providers in order, comma-separated (e.g. "
@@ -224,16 +229,18 @@ def capture(
     if command:
         from exporter.capture_cmd import capture_command
 
+        phases = Phases()
         try:
             session, derived, rc = asyncio.run(
-                capture_command(command, out, bus_cfg, rocprofv3=rocprofv3, pmc=pmc))
+                capture_command(command, out, bus_cfg, rocprofv3=rocprofv3, pmc=pmc,
+                                phases=phases, progress=not quiet))
         except (FileNotFoundError, PermissionError, BusError, NatsServerError,
                 BundleWriteError, MissingExtra) as e:
             _fail(str(e))
             return
         if rc != 0:
             typer.echo(f"aaco-exporter: warning: {command[0]} exited with status {rc}", err=True)
-        _finish(derived, session)
+        _finish(derived, session, None if quiet else phases.summary())
         return
     assert model is not None
     from collectors.ort import InputError, ModelError
@@ -252,7 +259,7 @@ def capture(
             MissingExtra) as e:
         _fail(str(e))
         return
-    _finish(derived, session)
+    _finish(derived, session, None if quiet else opts.phases.summary())
 
 
 @app.command()
@@ -435,25 +442,29 @@ def replay(
     stream_replicas: ReplicasOpt = None,
     outbox_max_bytes: OutboxOpt = OUTBOX_MAX_BYTES,
     nats_duplicate_window: DupWindowOpt = DUPLICATE_WINDOW_S,
+    quiet: Annotated[bool, typer.Option(
+        help="no progress bar and no timings on stderr (for scripts)")] = False,
 ) -> None:
     """Push recorded rocprof/Kineto outputs through the bus and analytics.
 
-    Exit status 2, after writing the bundle, when the bus outbox dropped messages.
-    """
+    Shows a progress bar on stderr (when it is a terminal) and prints the
+    seconds per phase (parse, bus, analytics, bundle, trace) to stderr at the
+    end, unless ``--quiet``. Exit status 2, after writing the bundle, when the
+    bus outbox dropped messages."""
     from collectors.rocprof.formats import UnknownFormat
     from exporter.replay import NothingToReplay
     from exporter.replay import replay as run_replay
 
     try:
-        session, derived, rejects = asyncio.run(run_replay(
+        session, derived, rejects, phases = asyncio.run(run_replay(
             paths, out, _session_bus(nats, outbox_max_bytes, nats_duplicate_window,
-                                     _replicas(nats, stream_replicas))))
+                                     _replicas(nats, stream_replicas)), progress=not quiet))
     except (FileNotFoundError, UnknownFormat, NothingToReplay, BusError, NatsServerError,
             BundleWriteError, MissingExtra) as e:
         _fail(str(e))
         return
     typer.echo(f"rejected rows: {rejects.summary()}", err=True)
-    _finish(derived, session)
+    _finish(derived, session, None if quiet else phases.summary())
 
 
 BaselineDirOpt = Annotated[Path | None, typer.Option(

@@ -17,6 +17,8 @@ from collectors.rocprof.rejects import Rejects
 from collectors.rocprof.replay import hip_api_table, load_paths
 from exporter.bundle_dir import BundleDir
 from exporter.bus import BusConfig
+from exporter.phases import Phases
+from exporter.progress import bar
 from exporter.roofline import write_roofline
 from exporter.session import Session
 
@@ -26,9 +28,15 @@ class NothingToReplay(ValueError):
     the files and why (the first rejects, e.g. an unsupported rocpd version)."""
 
 
-async def replay(paths: Sequence[Path], out_parent: Path,
-                 bus_cfg: BusConfig) -> tuple[Path, dict[str, Any], Rejects]:
-    """Replay ``paths``; returns the session dir, derived metrics and rejects.
+async def replay(paths: Sequence[Path], out_parent: Path, bus_cfg: BusConfig,
+                 progress: bool = False) -> tuple[Path, dict[str, Any], Rejects, Phases]:
+    """Replay ``paths``; returns the session dir, derived metrics, rejects and
+    the seconds per phase (also in ``session.json`` as ``timings_s``).
+
+    ``progress`` shows a progress bar on stderr (when it is a terminal).
+    Memory does not grow with the kernel rows: they stream from the parser
+    to the bus, from the bus to ``profiler/kernels.parquet``, and from that
+    file to ``trace.pftrace``.
 
     Raises ``FileNotFoundError`` for a path that does not exist and
     :class:`NothingToReplay` when no kernel dispatch could be read from them
@@ -40,30 +48,37 @@ async def replay(paths: Sequence[Path], out_parent: Path,
         if not Path(p).exists():
             raise FileNotFoundError(f"{p}: no such file or directory")
     rejects = Rejects()
-    s = await Session.open("replay", bus_cfg)
-    try:
-        published = rows = 0
-        for emit in load_paths(list(paths), rejects):
-            rows += emit.batch.num_rows
-            published += await s.bus.publish_table(emit.signal, emit.batch, emit.key)
-            if published % 64 == 0:  # keep the backlog bounded
-                await s.consumer.step(timeout=0.01)
-                await s.sink.step(timeout=0.01)
-        await s.drain()
-    finally:
-        await s.close()
-    if rows == 0:
-        why = "; ".join(e for ex in rejects.examples.values() for e in ex) or "no kernel dispatches"
-        raise NothingToReplay(f"replay: nothing to replay in {', '.join(map(str, paths))}: {why}")
-    with BundleDir() as bundle:
-        out = bundle.create(out_parent / f"{s.id}_replay")
-        derived = s.write_trace_bundle(out, {"kind": "replay",
-                                             "inputs": [str(p) for p in paths]},
-                                       rejects, hip_api_table([Path(p) for p in paths]))
-        roof = write_roofline(out, [Path(p) for p in paths], rejects=rejects)
-        if roof is not None:
-            derived["roofline_bound"] = roof[0]["summary"]["bound"]
-            if roof[1] is not None:
-                derived["bottleneck"] = roof[1]["class"]
+    phases = Phases()
+    with bar(progress) as shown:
+        s = await Session.open("replay", bus_cfg, phases)
+        s.progress = shown
+        rows = 0
+        try:
+            rows = await s.publish(load_paths(list(paths), rejects))
+            await s.drain()
+        finally:
+            await s.close()
+            if rows == 0:
+                s.sink.discard()
+        if rows == 0:
+            why = "; ".join(e for ex in rejects.examples.values() for e in ex) \
+                or "no kernel dispatches"
+            raise NothingToReplay(
+                f"replay: nothing to replay in {', '.join(map(str, paths))}: {why}")
+        with BundleDir() as bundle:
+            out = bundle.create(out_parent / f"{s.id}_replay")
+            with phases.time("parse"):
+                hip_api = hip_api_table([Path(p) for p in paths])
+            try:
+                derived = s.write_trace_bundle(out, {"kind": "replay",
+                                                     "inputs": [str(p) for p in paths]},
+                                               rejects, hip_api)
+            finally:
+                s.sink.discard()
+            roof = write_roofline(out, [Path(p) for p in paths], rejects=rejects)
+            if roof is not None:
+                derived["roofline_bound"] = roof[0]["summary"]["bound"]
+                if roof[1] is not None:
+                    derived["bottleneck"] = roof[1]["class"]
     assert bundle.final is not None
-    return bundle.final, derived, rejects
+    return bundle.final, derived, rejects, phases

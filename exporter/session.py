@@ -12,21 +12,47 @@ import logging
 import socket
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from rich.progress import Progress
 
-from collectors.base import Collector, CollectorContext, create
+from collectors.base import Collector, CollectorContext, Emit, create
 from collectors.rocprof.rejects import Rejects
 from exporter import schema
 from exporter.bus import Bus, BusConfig
+from exporter.phases import Phases
 from exporter.pipeline import Pipeline
 from exporter.sinks.bundle import BundleSink, derived_metrics, env_info, finish, write_json
 from stream_analytics.consumer import AnalyticsConsumer
 
 log = logging.getLogger(__name__)
+
+
+MAX_LAG = 128
+"""Messages (at most 900 kB each) a session's readers may fall behind its publisher."""
+
+
+def _timed(it: Iterator[Emit], phases: Phases, phase: str) -> Iterator[Emit]:
+    """``it``'s items, the time spent producing them added to ``phase``."""
+    while True:
+        with phases.time(phase):
+            item = next(it, None)
+        if item is None:
+            return
+        yield item
+
+
+def _peak_rss() -> dict[str, int]:
+    """Peak RSS so far of this process (``self``) and of its exited children
+    (``children``: the embedded nats-server), from ``getrusage`` (Linux: KiB)."""
+    import resource
+
+    return {"self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "children": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}
 
 
 def new_session_id() -> str:
@@ -55,9 +81,14 @@ class Session:
     pipe: Pipeline
     sink: BundleSink
     consumer: AnalyticsConsumer
+    phases: Phases = field(default_factory=Phases)
+    progress: Progress | None = None
 
     @classmethod
-    async def open(cls, kind: str, bus_cfg: BusConfig) -> Session:
+    async def open(cls, kind: str, bus_cfg: BusConfig, phases: Phases | None = None) -> Session:
+        """Start the pipeline (embedded nats-server unless ``bus_cfg.url``), the
+        bundle sink and the analytics consumer; ``phases`` times the session
+        (a new one when ``None``)."""
         host = socket.gethostname()
         sid = new_session_id()
         pipe = Pipeline(host, bus_cfg, session=sid)
@@ -71,7 +102,7 @@ class Session:
         except BaseException:
             await pipe.close()
             raise
-        return cls(sid, host, bus_cfg, pipe, sink, consumer)
+        return cls(sid, host, bus_cfg, pipe, sink, consumer, phases or Phases())
 
     @property
     def bus(self) -> Bus:
@@ -85,13 +116,54 @@ class Session:
         ``bus_cfg.outbox_drain_timeout_s``); what it could not is counted as
         ``undelivered_at_exit`` in :meth:`loss`.
         """
-        left = await self.bus.flush_outbox()
+        with self.phases.time("bus"):
+            left = await self.bus.flush_outbox()
         if left:
             log.warning("outbox: %d messages still held after %.0f s; the bus is not back",
                         left, self.bus_cfg.outbox_drain_timeout_s)
             self.bus.outbox.clear("undelivered_at_exit")
-        await self.consumer.drain()
-        await self.sink.drain()
+        with self.phases.time("analytics"):
+            await self.consumer.drain()
+        with self.phases.time("bundle"):
+            await self.sink.drain()
+
+    async def publish(self, emits: Iterable[Emit],
+                      transform: Callable[[Emit], pa.RecordBatch] | None = None) -> int:
+        """Publish every emit of ``emits`` (a parser's output; ``transform``
+        maps an emit to the batch to publish), keeping the analytics consumer
+        and the bundle sink reading as it goes so the backlog stays bounded;
+        returns the rows published. Times ``parse`` (pulling from ``emits``),
+        ``bus``, ``analytics`` and ``bundle``; shows rows on the progress bar."""
+        it = iter(emits)
+        task = self.progress.add_task("replay rows", total=None) if self.progress else None
+        rows = published = 0
+        seen = {"sink": 0, "analytics": 0}
+        for emit in _timed(it, self.phases, "parse"):
+            batch = transform(emit) if transform is not None else emit.batch
+            rows += batch.num_rows
+            with self.phases.time("bus"):
+                published += await self.bus.publish_table(emit.signal, batch, emit.key)
+            await self._catch_up(published, seen)
+            if self.progress is not None and task is not None:
+                self.progress.update(task, completed=rows)
+        return rows
+
+    async def _catch_up(self, published: int, seen: dict[str, int]) -> None:
+        """Let the bundle sink and the analytics consumer read until each is at
+        most :data:`MAX_LAG` messages behind ``published``, so the stream's
+        ``max_bytes`` retention never deletes what they have not read (a
+        publisher that ran ahead on a busy machine lost a third of 10M rows).
+        Gives up waiting on a reader that fetches nothing for 60 s (it then
+        counts what it missed as ``stream_gap`` drops)."""
+        readers = (("sink", self.sink.step, "bundle"), ("analytics", self.consumer.step,
+                                                          "analytics"))
+        for name, step, phase in readers:
+            idle = 0
+            while published - seen[name] > MAX_LAG and idle < 300:
+                with self.phases.time(phase):
+                    n = await step(timeout=0.2)
+                seen[name] += n
+                idle = 0 if n else idle + 1
 
     async def close(self) -> None:
         await self.pipe.close()
@@ -133,25 +205,40 @@ class Session:
         """Bundle of a session without a model (GPU traces): returns derived metrics.
 
         ``derived_metrics.json`` describes the key with the most kernel spans
-        and lists every key under ``keys``.
+        and lists every key under ``keys``; ``session.json`` has ``timings_s``,
+        the seconds per phase so far (:class:`exporter.phases.Phases`).
         """
         out.mkdir(parents=True, exist_ok=True)
-        counts = self.sink.write(out)
-        keys = self.final_results()
-        derived = derived_metrics(keys[0]) if keys else derived_metrics({})
-        derived["kernel_count_total"] = sum(int(r["kernel_spans_total"]) for r in keys)
-        derived["keys"] = [derived_metrics(r) | {"pid": r["pid"], "model": r["model"]}
-                           for r in keys]
-        write_json(out / "metrics/derived_metrics.json", derived)
+        ph = self.phases
+        with ph.time("bundle"):
+            counts = self.sink.write(out)
+            keys = self.final_results()
+            derived = derived_metrics(keys[0]) if keys else derived_metrics({})
+            derived["kernel_count_total"] = sum(int(r["kernel_spans_total"]) for r in keys)
+            derived["keys"] = [derived_metrics(r) | {"pid": r["pid"], "model": r["model"]}
+                               for r in keys]
+            write_json(out / "metrics/derived_metrics.json", derived)
+        task = None
+        if self.progress is not None:
+            task = self.progress.add_task("trace.pftrace", total=counts.get("kernel_span", 0))
+
+        def advance(rows: int) -> None:
+            if self.progress is not None and task is not None:
+                self.progress.update(task, completed=rows)
+
         derived["bottleneck"] = finish(out, self.sink, keys[0] if keys else None,
-                                       hip_api).get("class")
-        write_json(out / "rejects.json", {"dropped": rejects.counts, "notes": rejects.notes,
-                                          "examples": rejects.examples})
-        write_json(out / "env.json", env_info())
-        write_json(out / "session.json", {
-            "session_id": self.id, "host": self.host, "schema_version": schema.SCHEMA_VERSION,
-            "nats": self.bus_cfg.url or "embedded", "rows": counts, "drops": self.drops(),
-            "shortfall": self.loss(), "outbox": self.outbox_stats(), **info,
-        })
+                                       hip_api, timer=ph.time, progress=advance).get("class")
+        self.sink.discard()
+        with ph.time("bundle"):
+            write_json(out / "rejects.json", {"dropped": rejects.counts, "notes": rejects.notes,
+                                              "examples": rejects.examples})
+            write_json(out / "env.json", env_info())
+            write_json(out / "session.json", {
+                "session_id": self.id, "host": self.host,
+                "schema_version": schema.SCHEMA_VERSION, "nats": self.bus_cfg.url or "embedded",
+                "rows": counts, "drops": self.drops(), "timings_s": ph.as_dict(),
+                "peak_rss_bytes": _peak_rss(), "shortfall": self.loss(),
+                "outbox": self.outbox_stats(), **info,
+            })
         derived["shortfall"] = self.loss()
         return derived

@@ -13,6 +13,8 @@ floor), the convention of rocprof v1's ``results.stats.csv`` ``AverageNs``
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -56,6 +58,37 @@ def kernel_stats(table: pa.Table) -> pa.Table:
             "avg_ns": pc.divide(total, calls),  # int64 / int64 -> floor for non-negative
             "min_ns": g["d_min"],
             "max_ns": g["d_max"],
+        }
+    )
+    out = out.sort_by([("total_ns", "descending"), ("kernel_name", "ascending")])
+    return out.cast(STATS_SCHEMA)
+
+
+def kernel_stats_batches(batches: Iterable[pa.RecordBatch]) -> pa.Table:
+    """:func:`kernel_stats` of the concatenation of ``batches``, folded batch by
+    batch (memory grows with distinct kernel names, not with rows).
+
+    >>> b = pa.record_batch({"kernel_name": ["a", "b"], "duration_ns": [10, 7]})
+    >>> c = pa.record_batch({"kernel_name": ["a"], "duration_ns": [5]})
+    >>> kernel_stats_batches([b, c]).to_pylist()[0]
+    {'kernel_name': 'a', 'calls': 2, 'total_ns': 15, 'avg_ns': 7, 'min_ns': 5, 'max_ns': 10}
+    """
+    parts = [kernel_stats(pa.Table.from_batches([b])) for b in batches]
+    if not parts:
+        return STATS_SCHEMA.empty_table()
+    t = pa.concat_tables(parts)
+    g = t.group_by("kernel_name").aggregate(
+        [("calls", "sum"), ("total_ns", "sum"), ("min_ns", "min"), ("max_ns", "max")]
+    )
+    calls, total = g["calls_sum"], g["total_ns_sum"]
+    out = pa.table(
+        {
+            "kernel_name": g["kernel_name"],
+            "calls": calls,
+            "total_ns": total,
+            "avg_ns": pc.divide(total, calls),
+            "min_ns": g["min_ns_min"],
+            "max_ns": g["max_ns_max"],
         }
     )
     out = out.sort_by([("total_ns", "descending"), ("kernel_name", "ascending")])

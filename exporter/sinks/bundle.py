@@ -35,8 +35,12 @@ import json
 import logging
 import os
 import platform
+import shutil
 import sys
+import tempfile
+import weakref
 from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,15 +68,80 @@ FILES = {
 }
 
 
-class BundleSink:
-    """Collects every batch of one session from an ephemeral JetStream consumer."""
+SPOOLED = frozenset({"kernel_span"})
+"""Signals that grow with the input: written to Parquet as they arrive, never held."""
+ROW_GROUP_ROWS = 65_536
+"""Rows buffered per Parquet row group of a spooled signal."""
 
-    def __init__(self, bus: Bus, session: str | None) -> None:
+
+class _Spool:
+    """One spooled signal: batches buffered up to :data:`ROW_GROUP_ROWS` rows, then
+    written as a row group of ``path`` (``pyarrow.parquet.ParquetWriter``, zstd)."""
+
+    def __init__(self, path: Path, schema: pa.Schema) -> None:
+        self.path = path
+        self.schema = schema
+        self.buf: list[pa.RecordBatch] = []
+        self.buffered = 0
+        self.rows = 0
+        self.writer: pq.ParquetWriter | None = None
+        self.closed = False
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        self.buf.append(batch)
+        self.buffered += batch.num_rows
+        self.rows += batch.num_rows
+        if self.buffered >= ROW_GROUP_ROWS:
+            self._write()
+
+    def _write(self) -> None:
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(self.path, self.schema, compression="zstd")
+        self.writer.write_table(pa.Table.from_batches(self.buf, schema=self.schema))
+        self.buf, self.buffered = [], 0
+
+    def close(self) -> Path:
+        """Write what is buffered and close the file (an empty file when no rows)."""
+        if not self.closed:
+            if self.buf or self.writer is None:
+                self._write()
+            assert self.writer is not None
+            self.writer.close()
+            self.closed = True
+        return self.path
+
+
+class BundleSink:
+    """Collects every batch of one session from an ephemeral JetStream consumer.
+
+    Signals in :data:`SPOOLED` (kernel spans) go straight to Parquet files in
+    ``spool_dir`` (default: a new temporary directory, removed by
+    :meth:`discard`), so memory does not grow with them; the others are kept
+    in memory (they grow with iterations and time, not with kernels).
+    """
+
+    def __init__(self, bus: Bus, session: str | None, spool_dir: Path | None = None) -> None:
         self.bus = bus
         self.session = session
         self.batches: dict[str, list[pa.RecordBatch]] = defaultdict(list)
         self.drops: Counter[str] = Counter()
         self._sub: Any = None
+        self._spool_dir = spool_dir
+        self._own_dir: str | None = None
+        self._spools: dict[str, _Spool] = {}
+        self.rows: Counter[str] = Counter()
+        self._last_seq = 0
+
+    def _spool(self, signal: str) -> _Spool:
+        if signal not in self._spools:
+            if self._spool_dir is None:
+                self._own_dir = tempfile.mkdtemp(prefix="aaco-spool-")
+                self._spool_dir = Path(self._own_dir)
+                weakref.finalize(self, shutil.rmtree, self._own_dir, True)
+            self._spool_dir.mkdir(parents=True, exist_ok=True)
+            path = self._spool_dir / f"{signal}.parquet"
+            self._spools[signal] = _Spool(path, schema.SCHEMAS[signal])
+        return self._spools[signal]
 
     async def start(self) -> None:
         """Subscribe before the collectors start (deliver policy NEW)."""
@@ -87,6 +156,11 @@ class BundleSink:
         except (TimeoutError, NatsTimeout):
             return 0
         for m in msgs:
+            seq = m.metadata.sequence.stream
+            if self._last_seq and seq > self._last_seq + 1:
+                # deleted by the stream's limits before this sink read them
+                self.drops["stream_gap"] += seq - self._last_seq - 1
+            self._last_seq = max(self._last_seq, seq)
             hdrs = m.headers or {}
             if hdrs.get(schema.H_SCHEMA, "").startswith("otlp."):
                 continue  # the OTLP copy of data this sink already has
@@ -97,33 +171,80 @@ class BundleSink:
             except schema.SchemaError as e:
                 self.drops[e.reason] += 1
                 continue
-            self.batches[signal].append(batch)
+            self.rows[signal] += batch.num_rows
+            if signal in SPOOLED:
+                self._spool(signal).add(batch)
+            else:
+                self.batches[signal].append(batch)
         return len(msgs)
 
     async def drain(self) -> None:
-        """Read until the consumer has nothing pending."""
+        """Read until the consumer has nothing pending (a busy server's late
+        answer to the pending count is asked again, up to 5 times in a row)."""
+        late = 0
         while True:
             n = await self.step()
-            info = await self._sub.consumer_info()
+            try:
+                info = await self._sub.consumer_info()
+            except NatsTimeout:
+                late += 1
+                if late >= 5:
+                    raise
+                continue
+            late = 0
             if n == 0 and info.num_pending == 0:
                 return
 
     def table(self, signal: str) -> pa.Table:
-        """Everything received for ``signal`` (an empty table of its schema if none)."""
+        """Everything received for ``signal`` (an empty table of its schema if none).
+
+        For a spooled signal this reads its whole Parquet file: use
+        :meth:`iter_batches` where the input may be large."""
+        if signal in SPOOLED:
+            return pa.Table.from_batches(list(self.iter_batches(signal)),
+                                         schema=schema.SCHEMAS[signal])
         return pa.Table.from_batches(self.batches.get(signal) or [], schema=schema.SCHEMAS[signal])
 
+    def iter_batches(self, signal: str, batch_rows: int = ROW_GROUP_ROWS
+                     ) -> Iterator[pa.RecordBatch]:
+        """``signal``'s batches in arrival order, at most ``batch_rows`` rows each
+        (a spooled signal is read back from its Parquet file)."""
+        if signal not in SPOOLED:
+            yield from self.table(signal).to_batches(max_chunksize=batch_rows)
+            return
+        pf = pq.ParquetFile(self._spool(signal).close())
+        # row group by row group: ParquetFile.iter_batches keeps memory that
+        # grows with the file (about 30 MB per million kernel rows, pyarrow 26)
+        for i in range(pf.metadata.num_row_groups):
+            yield from pf.read_row_group(i).to_batches(max_chunksize=batch_rows)
+
     def write(self, out: Path) -> dict[str, int]:
-        """Write every collected signal's Parquet file; returns row counts."""
+        """Write every collected signal's Parquet file; returns row counts.
+
+        A spooled signal's file is moved into ``out`` (and read from there
+        afterwards)."""
         counts: dict[str, int] = {}
         for signal, rel in FILES.items():
+            path = out / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if signal in SPOOLED:
+                sp = self._spool(signal)
+                shutil.move(sp.close(), path)
+                sp.path = path
+                counts[signal] = sp.rows
+                continue
             t = self.table(signal)
             if signal == "gauge_sample" and t.num_rows == 0:
                 continue
-            path = out / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
             pq.write_table(t, path, compression="zstd")
             counts[signal] = t.num_rows
         return counts
+
+    def discard(self) -> None:
+        """Remove the spool directory this sink made (if any)."""
+        if self._own_dir is not None:
+            shutil.rmtree(self._own_dir, ignore_errors=True)
+            self._own_dir = None
 
 
 def write_json(path: Path, obj: Any) -> None:
@@ -132,18 +253,29 @@ def write_json(path: Path, obj: Any) -> None:
 
 
 def finish(out: Path, sink: BundleSink, key_row: dict[str, Any] | None,
-           hip_api: pa.Table | None = None) -> dict[str, Any]:  # fmt: skip
+           hip_api: pa.Table | None = None, timer: Callable[[str], Any] | None = None,
+           progress: Callable[[int], None] | None = None) -> dict[str, Any]:  # fmt: skip
     """Write the parts every bundle shares; returns the ``bottleneck.json`` dict.
 
     ``key_row`` is the session's final ANALYTICS_RESULT row (the key whose
     verdict goes into ``metrics/bottleneck.json``); ``hip_api`` the HIP API
     calls for the trace's API slices and launch flows
-    (:func:`collectors.rocprof.replay.hip_api_table`).
+    (:func:`collectors.rocprof.replay.hip_api_table`). Kernel spans are read
+    back in batches (kernel statistics, then the trace), never as one table.
+    ``timer(phase)`` (e.g. :meth:`exporter.phases.Phases.time`) times the
+    ``bundle`` and ``trace`` phases; ``progress(rows)`` is called as the
+    trace's kernel rows are written.
     """
-    from stream_analytics.kernel_stats import kernel_stats
+    from contextlib import nullcontext
 
-    kernels = sink.table("kernel_span")
-    pq.write_table(kernel_stats(kernels), out / "profiler/kernel_stats.parquet")
+    from stream_analytics.kernel_stats import kernel_stats_batches
+
+    def phase(name: str) -> Any:
+        return timer(name) if timer is not None else nullcontext()
+
+    with phase("bundle"):
+        pq.write_table(kernel_stats_batches(sink.iter_batches("kernel_span")),
+                       out / "profiler/kernel_stats.parquet")
     try:  # the perfetto extra (perfetto, opentelemetry-proto); without it no trace
         for mod in ("perfetto.protos.perfetto.trace.perfetto_trace_pb2",
                     "opentelemetry.proto.trace.v1.trace_pb2"):
@@ -153,9 +285,12 @@ def finish(out: Path, sink: BundleSink, key_row: dict[str, Any] | None,
     else:
         from exporter.sinks.perfetto_trace import write_trace
 
-        write_trace(out / "trace.pftrace", kernels, sink.table("iteration_span"),
-                    sched=sink.table("sched_sample"), gauges=sink.table("gauge_sample"),
-                    analytics=sink.table("analytics_result"), hip_api=hip_api)
+        with phase("trace"):
+            write_trace(out / "trace.pftrace", sink.iter_batches("kernel_span"),
+                        sink.table("iteration_span"), sched=sink.table("sched_sample"),
+                        gauges=sink.table("gauge_sample"),
+                        analytics=sink.table("analytics_result"),
+                        hip_api=hip_api, progress=progress)
     verdict: dict[str, Any] = {"class": None, "confidence": None}
     if key_row is not None:
         rows = [r for r in sink.table("bottleneck").to_pylist()

@@ -30,21 +30,46 @@ trace_processor (see ``perfetto/README.md``). Layout:
 Timestamps are the rows' CLOCK_REALTIME nanoseconds written as trace time on
 the default (boot-time) clock; no clock snapshot is emitted. Kernels with a
 null ``tid`` use their ``pid`` as thread id; a null ``pid`` becomes 0.
+
+**Streaming.** The file is written as it is built, as concatenated
+serialized ``Trace`` messages (a concatenation of ``Trace`` messages parses
+as one ``Trace``), so memory does not grow with the number of kernels:
+
+1. a header packet (``SEQ_INCREMENTAL_STATE_CLEARED``) interning the slice
+   categories and debug annotation names, and the processes named after
+   their models from ``iterations``;
+2. the GPU kernels, one chunk per record batch of ``kernels``
+   (:data:`CHUNK_ROWS` rows at most): the chunk's new track descriptors and
+   interned kernel names / annotation strings (``InternedData``), then its
+   kernel slices and synthetic launch slices, encoded column-wise
+   (:mod:`exporter.sinks.perfetto_slices`, no Python object per slice) and
+   sorted by time within the chunk;
+3. the iterations, CPU kernels and HIP API slices, sorted together
+   (these are held in memory: CPU kernels come from ORT captures, whose
+   size is bounded by their iterations);
+4. the counter tracks.
+
+Every kernel row becomes a slice; nothing is sampled or dropped. Packets are
+sorted by time within a chunk, not across chunks: trace_processor (and so
+ui.perfetto.dev) sorts all packets by timestamp when it loads a trace.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import (
     CounterDescriptor,
     DebugAnnotation,
+    InternedData,
     ProcessDescriptor,
     ThreadDescriptor,
     Trace,
@@ -54,9 +79,14 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import (
 )
 
 from exporter import catalogue
+from exporter.sinks import perfetto_slices as ps
 from exporter.sinks.otlp_proto import match_iterations
 
-SEQ_ID = 1
+SEQ_ID = ps.SEQ_ID
+CHUNK_ROWS = 16_384
+"""Kernel rows encoded per chunk (a larger input batch is split)."""
+FLUSH_PACKETS = 20_000
+"""Packets built with the protobuf classes are written every this many."""
 LAUNCH_RE = re.compile(r"Launch")
 SERIES_ATTRS = ("sensor", "clock", "hw.gpu.task", "reason", "type", "bitmap")
 """GAUGE_SAMPLE attributes that split one metric into series (``collectors/gpu``);
@@ -67,7 +97,14 @@ ANALYTICS_COUNTERS: tuple[tuple[str, str], ...] = catalogue.PERFETTO_COUNTERS
 SII_SCHED_TRACK = "aaco.scheduler_interference.sched"
 """Per-process SII from ``SCHED_SAMPLE`` (the catalogue's SII name + ``.sched``)."""
 
+CATEGORIES = {"kernel": 1, "launch": 2}
+"""Interned ``EventCategory`` ids of the column-wise slices."""
+ANNOTATION_NAMES = {"kernel_family": 1, "op_type": 2, "iteration": 3, "correlation_id": 4,
+                    "dispatch_id": 5, "synthetic": 6}
+"""Interned ``DebugAnnotationName`` ids of the column-wise slices."""
+
 Annot = tuple[tuple[str, object], ...]
+I64 = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True)
@@ -83,6 +120,7 @@ class TraceStats:
     counter_tracks: int
     counter_points: int
     flows: int
+    chunks: int = 0
 
 
 @dataclass
@@ -99,8 +137,15 @@ class _Slice:
 
 
 class _Builder:
-    def __init__(self) -> None:
+    """Track bookkeeping plus a packet buffer written to ``f`` every
+    :data:`FLUSH_PACKETS` packets (and before every raw chunk)."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self.f = f
         self.trace = Trace()
+        self.bytes = 0
+        self.packets = 0
+        self.chunks = 0
         self.next_uuid = 1
         self.processes: dict[int, int] = {}
         self.threads: dict[tuple[int, int], int] = {}
@@ -108,16 +153,87 @@ class _Builder:
         self.slices: list[_Slice] = []
         self.counter_tracks = 0
         self.counter_points = 0
+        self.api_slices = 0
         self.first = True
         self.thread_names: dict[tuple[int, int], str] = {}
+        self.names: dict[str, int] = {}
+        self.strings: dict[str, int] = {}
+        self.interned: InternedData | None = None
+
+    def flush(self) -> None:
+        if len(self.trace.packet):
+            data = self.trace.SerializeToString()
+            self.f.write(data)
+            self.bytes += len(data)
+            self.packets += len(self.trace.packet)
+            self.chunks += 1
+            self.trace = Trace()
+
+    def raw(self, data: bytes, packets: int) -> None:
+        """Write already serialized ``Trace.packet`` entries after what is buffered."""
+        self.flush()
+        self.f.write(data)
+        self.bytes += len(data)
+        self.packets += packets
+        self.chunks += 1
 
     def packet(self) -> TracePacket:
+        if len(self.trace.packet) >= FLUSH_PACKETS:
+            self.flush()
         p = self.trace.packet.add()
         p.trusted_packet_sequence_id = SEQ_ID
         if self.first:
             p.sequence_flags = TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
             self.first = False
         return p
+
+    def header(self) -> None:
+        """First packet: clears incremental state, interns categories and
+        annotation names of the column-wise slices."""
+        d = self.packet().interned_data
+        for name, iid in CATEGORIES.items():
+            c = d.event_categories.add()
+            c.iid, c.name = iid, name
+        for name, iid in ANNOTATION_NAMES.items():
+            a = d.debug_annotation_names.add()
+            a.iid, a.name = iid, name
+
+    def _pending(self) -> InternedData:
+        if self.interned is None:
+            p = self.packet()
+            p.sequence_flags = TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+            self.interned = p.interned_data
+        return self.interned
+
+    def name_iids(self, names: Sequence[object]) -> I64:
+        """Interned ``EventName`` ids of ``names`` (new ones go into the chunk's
+        ``InternedData`` packet)."""
+        out = np.empty(len(names), dtype=np.int64)
+        for i, v in enumerate(names):
+            s = str(v)
+            if s not in self.names:
+                self.names[s] = len(self.names) + 1
+                e = self._pending().event_names.add()
+                e.iid, e.name = self.names[s], s
+            out[i] = self.names[s]
+        return out
+
+    def string_iids(self, values: Sequence[object]) -> I64:
+        """Interned ``debug_annotation_string_values`` ids of ``values``."""
+        out = np.empty(len(values), dtype=np.int64)
+        for i, v in enumerate(values):
+            s = str(v)
+            if s not in self.strings:
+                self.strings[s] = len(self.strings) + 1
+                e = self._pending().debug_annotation_string_values.add()
+                e.iid, e.str = self.strings[s], s.encode()
+            out[i] = self.strings[s]
+        return out
+
+    def end_chunk_header(self) -> None:
+        """The chunk's descriptors and interned data are complete."""
+        self.interned = None
+        self.flush()
 
     def uuid(self) -> int:
         self.next_uuid += 1
@@ -175,23 +291,14 @@ class _Builder:
         start = np.array([s.start for s in self.slices], dtype=np.int64)
         end = np.array([s.end for s in self.slices], dtype=np.int64)
         depth = np.array([s.depth for s in self.slices], dtype=np.int64)
-        zero = end <= start
-        idx = np.arange(n)
-        # event arrays: ts, phase, tiebreak, slice index, is_end
-        ts = np.concatenate([start, end])
-        phase = np.concatenate([np.where(zero, 2, 1), np.where(zero, 2, 0)])
-        tie = np.concatenate([depth * 2, np.where(zero, depth * 2, -depth)])
-        sl = np.concatenate([idx, idx])
-        is_end = np.concatenate([np.zeros(n, dtype=bool), np.ones(n, dtype=bool)])
-        ts = np.where(is_end & zero[sl], start[sl], ts)
-        order = np.lexsort((is_end, sl, tie, phase, ts))
+        ts, order = ps.event_order(start, end, depth)
         for k in order.tolist():
-            s = self.slices[int(sl[k])]
+            s = self.slices[k % n]
             p = self.packet()
             p.timestamp = int(ts[k])
             ev = p.track_event
             ev.track_uuid = s.track
-            if is_end[k]:
+            if k >= n:
                 ev.type = TrackEvent.TYPE_SLICE_END
                 continue
             ev.type = TrackEvent.TYPE_SLICE_BEGIN
@@ -202,6 +309,7 @@ class _Builder:
                 ev.flow_ids.append(s.flow_out)
             if s.flow_in:
                 ev.terminating_flow_ids.append(s.flow_in)
+        self.slices = []
 
 
 def _annotations(items: Iterable[tuple[str, object]]) -> list[DebugAnnotation]:
@@ -218,18 +326,39 @@ def _annotations(items: Iterable[tuple[str, object]]) -> list[DebugAnnotation]:
     return out
 
 
-def _ints(col: pa.ChunkedArray, fill: int) -> list[int]:
+def _ints(col: pa.ChunkedArray | pa.Array, fill: int) -> list[int]:
     return [int(x) for x in pc.fill_null(col, fill).to_pylist()] if len(col) else []
 
 
-def _iteration_threads(kernels: pa.Table, iterations: pa.Table, cpu: np.ndarray) -> list[int]:
-    """Thread id that ran most CPU kernels of each iteration (-1 if none)."""
+def _np(col: pa.ChunkedArray | pa.Array, fill: int = 0) -> I64:
+    """int64 numpy copy of ``col`` with nulls as ``fill``."""
+    return np.asarray(pc.fill_null(col, fill).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _valid(col: pa.ChunkedArray | pa.Array) -> npt.NDArray[np.bool_]:
+    return np.asarray(pc.is_valid(col).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _codes(col: pa.Array, ids: object) -> tuple[I64, npt.NDArray[np.bool_]]:
+    """Per row, the interned id of a string/dictionary column's value (``ids``:
+    a ``_Builder`` id function) and whether it is present."""
+    if not pa.types.is_dictionary(col.type):
+        col = pc.dictionary_encode(col)
+    valid = _valid(col)
+    lut = ids(col.dictionary.to_pylist())  # type: ignore[operator]
+    idx = _np(col.indices, 0)
+    out = lut[idx] if len(lut) else np.zeros(len(idx), dtype=np.int64)
+    return out, valid
+
+
+def _iteration_threads(kernels: pa.Table, iterations: pa.Table) -> list[int]:
+    """Thread id that ran most CPU kernels (``kernels``) of each iteration (-1 if none)."""
     parent = match_iterations(kernels, iterations)
     out = [-1] * iterations.num_rows
     if kernels.num_rows == 0:
         return out
     tid = np.array(_ints(kernels.column("tid"), -1), dtype=np.int64)
-    sel = (parent >= 0) & cpu & (tid >= 0)
+    sel = (parent >= 0) & (tid >= 0)
     best: dict[int, dict[int, int]] = {}
     for it, t in zip(parent[sel].tolist(), tid[sel].tolist(), strict=True):
         c = best.setdefault(it, {})
@@ -239,62 +368,219 @@ def _iteration_threads(kernels: pa.Table, iterations: pa.Table, cpu: np.ndarray)
     return out
 
 
+class _Flows:
+    """Flow ids: HIP launch API -> GPU kernel by correlation id, and synthetic
+    launch -> kernel. ``cand`` are the launch APIs' correlation ids (sorted);
+    the first GPU kernel seen with one claims it."""
+
+    def __init__(self, hip_api: pa.Table | None) -> None:
+        self.count = 0
+        cand = np.zeros(0, dtype=np.int64)
+        if hip_api is not None and hip_api.num_rows:
+            launch = pc.and_(pc.match_substring_regex(pc.cast(hip_api.column("function"),
+                                                              pa.string()), LAUNCH_RE.pattern),
+                             pc.greater(hip_api.column("correlation_id"), 0))
+            corr = hip_api.column("correlation_id").filter(pc.fill_null(launch, False))
+            cand = np.unique(_np(corr))
+        self.cand = cand
+        self.flow = np.zeros(len(cand), dtype=np.int64)  # 0 = not claimed
+
+    def new(self, n: int) -> I64:
+        ids = np.arange(self.count + 1, self.count + 1 + n, dtype=np.int64)
+        self.count += n
+        return ids
+
+    def claim(self, corr: I64, ok: npt.NDArray[np.bool_]) -> tuple[I64, npt.NDArray[np.bool_]]:
+        """Flow ids for the kernels (rows of ``corr`` where ``ok``) that claim a
+        launch API (0 elsewhere), and which rows' correlation id is claimed."""
+        flow_in = np.zeros(len(corr), dtype=np.int64)
+        if len(self.cand) == 0:
+            return flow_in, np.zeros(len(corr), dtype=bool)
+        idx = np.minimum(np.searchsorted(self.cand, corr), len(self.cand) - 1)
+        hit = ok & (self.cand[idx] == corr)
+        fresh = hit & (self.flow[idx] == 0)
+        rows = np.flatnonzero(fresh)
+        _, first = np.unique(corr[rows], return_index=True)
+        rows = np.sort(rows[first])
+        ids = self.new(len(rows))
+        self.flow[idx[rows]] = ids
+        flow_in[rows] = ids
+        return flow_in, hit
+
+    def api_flow(self, corr: int | None) -> int:
+        """The flow id a launch API with ``corr`` starts (0 if no kernel claimed it)."""
+        if corr is None or len(self.cand) == 0:
+            return 0
+        i = int(np.searchsorted(self.cand, corr))
+        return int(self.flow[i]) if i < len(self.cand) and self.cand[i] == corr else 0
+
+
+def _name_processes(b: _Builder, pid: I64, model: pa.Array) -> None:
+    """Name each new pid's process after the first model seen with it."""
+    has = _valid(model)
+    if not has.any():
+        return
+    rows = np.flatnonzero(has)
+    _, first = np.unique(pid[rows], return_index=True)
+    rows = np.sort(rows[first])
+    for r, m in zip(rows.tolist(), model.take(pa.array(rows)).to_pylist(), strict=True):
+        p = int(pid[r])
+        if p not in b.processes:
+            b.process(p, f"{m} (pid {p})")
+
+
+def _track_ids(keys: I64, make: object) -> I64:
+    """Per row the track uuid of its key tuple (``keys``: [n, k] int64), made
+    once per distinct key with ``make(*key)``."""
+    u, inv = np.unique(keys, axis=0, return_inverse=True)
+    lut = np.array([make(*map(int, k)) for k in u], dtype=np.int64)  # type: ignore[operator]
+    return lut[inv.reshape(-1)]
+
+
+def _gpu_chunk(b: _Builder, k: pa.RecordBatch, flows: _Flows) -> None:
+    """Encode one batch of GPU kernel rows (and their synthetic launches) column-wise."""
+    n = k.num_rows
+    col = k.column
+    agent, queue = _np(col("agent_id"), -1), _np(col("queue_id"), -1)
+
+    def queue_track(a: int, q: int) -> int:
+        parent = b.named_track(("agent", a), f"GPU agent {a}")
+        return b.named_track(("queue", a, q), f"queue {q}", parent)
+
+    track = _track_ids(np.stack([agent, queue], axis=1), queue_track)
+    name_iid, _ = _codes(col("kernel_name"), b.name_iids)
+    fam, fam_ok = _codes(col("kernel_family"), b.string_iids)
+    op, op_ok = _codes(col("op_type"), b.string_iids)
+    corr, corr_ok = _np(col("correlation_id")), _valid(col("correlation_id"))
+    flow_in, claimed = flows.claim(corr, corr_ok & (corr > 0))
+    A = ps.Annotation
+    kern = ps.SliceCols(
+        start=_np(col("start_ns")), end=_np(col("end_ns")), track=track, name_iid=name_iid,
+        cat_iid=np.full(n, CATEGORIES["kernel"], dtype=np.int64),
+        depth=np.zeros(n, dtype=np.int64),
+        annotations=[A(ANNOTATION_NAMES["kernel_family"], "str", fam, fam_ok),
+                     A(ANNOTATION_NAMES["op_type"], "str", op, op_ok),
+                     A(ANNOTATION_NAMES["iteration"], "int", _np(col("iteration")),
+                       _valid(col("iteration"))),
+                     A(ANNOTATION_NAMES["correlation_id"], "int", corr, corr_ok),
+                     A(ANNOTATION_NAMES["dispatch_id"], "int", _np(col("dispatch_id")),
+                       _valid(col("dispatch_id")))],
+        flow_in=flow_in)
+    # synthetic launch slices: launch_api_ns/launch_delay_ns/pid/tid known, no HIP API flow
+    syn = _valid(col("launch_api_ns")) & _valid(col("launch_delay_ns")) & _valid(col("pid")) \
+        & _valid(col("tid")) & ~claimed
+    rows = np.flatnonzero(syn)
+    parts = [kern]
+    if len(rows):
+        m = len(rows)
+        pid, tid = _np(col("pid"))[rows], _np(col("tid"))[rows]
+        end = kern.start[rows] - _np(col("launch_delay_ns"))[rows]
+        ids = flows.new(m)
+        kern.flow_in[rows] = ids  # type: ignore[index]
+        b.api_slices += m
+        true_iid = b.string_iids(["True"])[0]
+        parts.append(ps.SliceCols(
+            start=end - _np(col("launch_api_ns"))[rows], end=end,
+            track=_track_ids(np.stack([pid, tid], axis=1), b.thread),
+            name_iid=np.full(m, b.name_iids(["launch"])[0], dtype=np.int64),
+            cat_iid=np.full(m, CATEGORIES["launch"], dtype=np.int64),
+            depth=np.ones(m, dtype=np.int64),
+            annotations=[A(ANNOTATION_NAMES["correlation_id"], "int", corr[rows], corr_ok[rows]),
+                         A(ANNOTATION_NAMES["synthetic"], "str", np.full(m, true_iid),
+                           np.ones(m, dtype=bool))],
+            flow_out=ids))
+    b.end_chunk_header()
+    for s in parts:
+        b.raw(*ps.encode(s))
+
+
+def _batches(kernels: pa.Table | Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    if isinstance(kernels, pa.Table):
+        yield from kernels.to_batches(max_chunksize=CHUNK_ROWS)
+        return
+    for batch in kernels:
+        for off in range(0, batch.num_rows, CHUNK_ROWS):
+            yield batch.slice(off, CHUNK_ROWS)
+
+
 def write_trace(
     path: Path,
-    kernels: pa.Table,
+    kernels: pa.Table | Iterable[pa.RecordBatch],
     iterations: pa.Table,
     sched: pa.Table | None = None,
     gauges: pa.Table | None = None,
     analytics: pa.Table | None = None,
     hip_api: pa.Table | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> TraceStats:
-    """Write ``path`` (Perfetto protobuf trace); return what was written.
+    """Write ``path`` (Perfetto protobuf trace) as it goes; return what was written.
 
-    ``kernels``: ``KERNEL_SPAN`` table; ``iterations``: ``ITERATION_SPAN``;
-    ``sched``: ``SCHED_SAMPLE``; ``gauges``: ``GAUGE_SAMPLE``; ``analytics``:
-    ``ANALYTICS_RESULT``; ``hip_api``: columns ``start_ns, end_ns, pid, tid,
-    correlation_id`` (int64) and ``function`` (string). All times int64 ns.
-    Raises ``OSError`` if ``path`` cannot be written; ``KeyError`` for a
-    missing column.
+    ``kernels``: a ``KERNEL_SPAN`` table or record batches of it (read once,
+    in order; e.g. ``ParquetFile.iter_batches``); ``iterations``:
+    ``ITERATION_SPAN``; ``sched``: ``SCHED_SAMPLE``; ``gauges``:
+    ``GAUGE_SAMPLE``; ``analytics``: ``ANALYTICS_RESULT``; ``hip_api``:
+    columns ``start_ns, end_ns, pid, tid, correlation_id`` (int64) and
+    ``function`` (string). All times int64 ns. Memory grows with the
+    iterations, CPU kernels, HIP API rows and samples, not with the GPU
+    kernels. ``progress(rows)`` is called after each chunk with the kernel
+    rows written so far. Raises ``OSError`` if ``path`` cannot be written; ``KeyError``
+    for a missing column.
     """
-    b = _Builder()
-    if sched is not None and sched.num_rows:
-        comms = zip(
-            sched.column("pid").to_pylist(),
-            sched.column("tid").to_pylist(),
-            sched.column("comm").to_pylist(),
-            strict=True,
-        )
-        b.thread_names = {(int(p), int(t)): str(c) for p, t, c in comms if c}
-    nk = kernels.num_rows
-    dev = pc.fill_null(pc.cast(kernels.column("device_type"), pa.string()), "cpu")
-    gpu = np.asarray(pc.equal(dev, "gpu").to_numpy(zero_copy_only=False), dtype=bool)
-    cpu = ~gpu
-    k_pid = _ints(kernels.column("pid"), 0)
-    k_tid = [
-        t if t >= 0 else p for t, p in zip(_ints(kernels.column("tid"), -1), k_pid, strict=True)
-    ]
-    k_start = kernels.column("start_ns").to_pylist()
-    k_end = kernels.column("end_ns").to_pylist()
-    k_name = kernels.column("kernel_name").to_pylist()
-    k_model = kernels.column("model").to_pylist()
-    k_fam = kernels.column("kernel_family").to_pylist()
-    k_op = kernels.column("op_type").to_pylist()
-    k_it = kernels.column("iteration").to_pylist()
-    k_corr = kernels.column("correlation_id").to_pylist()
-    k_disp = kernels.column("dispatch_id").to_pylist()
-    k_agent = _ints(kernels.column("agent_id"), -1)
-    k_queue = _ints(kernels.column("queue_id"), -1)
+    path = Path(path)
+    with path.open("wb") as f:
+        b = _Builder(f)
+        b.header()
+        if sched is not None and sched.num_rows:
+            comms = zip(
+                sched.column("pid").to_pylist(),
+                sched.column("tid").to_pylist(),
+                sched.column("comm").to_pylist(),
+                strict=True,
+            )
+            b.thread_names = {(int(p), int(t)): str(c) for p, t, c in comms if c}
+        _name_processes(b, _np(iterations.column("pid")),
+                        iterations.column("model").combine_chunks())
+        flows = _Flows(hip_api)
+        nk = 0
+        cpu_parts: list[pa.RecordBatch] = []
+        for k in _batches(kernels):
+            nk += k.num_rows
+            _name_processes(b, _np(k.column("pid")), k.column("model"))
+            dev = pc.fill_null(pc.cast(k.column("device_type"), pa.string()), "cpu")
+            gpu = pc.equal(dev, "gpu")
+            if pc.any(pc.invert(gpu)).as_py():
+                cpu_parts.append(k.filter(pc.invert(gpu)))
+            g = k.filter(gpu)
+            if g.num_rows:
+                _gpu_chunk(b, g, flows)
+            if progress is not None:
+                progress(nk)
+        _held(b, iterations, cpu_parts, hip_api, flows)
+        _counters(b, sched, gauges, analytics)
+        b.flush()
+    return TraceStats(
+        path=path,
+        bytes=b.bytes,
+        packets=b.packets,
+        kernel_slices=nk,
+        iteration_slices=iterations.num_rows,
+        api_slices=b.api_slices,
+        counter_tracks=b.counter_tracks,
+        counter_points=b.counter_points,
+        flows=flows.count,
+        chunks=b.chunks,
+    )
 
-    # processes named after their model
+
+def _held(b: _Builder, iterations: pa.Table, cpu_parts: list[pa.RecordBatch],
+          hip_api: pa.Table | None, flows: _Flows) -> None:
+    """Iterations, CPU kernels and HIP API calls: slices sorted together."""
+    from exporter.schema import KERNEL_SPAN
+
+    cpu = pa.Table.from_batches(cpu_parts) if cpu_parts else KERNEL_SPAN.empty_table()
+    it_tid = _iteration_threads(cpu, iterations)
     i_pid = _ints(iterations.column("pid"), 0)
     i_model = iterations.column("model").to_pylist()
-    for pid, model in zip(i_pid + k_pid, i_model + k_model, strict=True):
-        if model is not None and pid not in b.processes:
-            b.process(pid, f"{model} (pid {pid})")
-
-    # iterations
-    it_tid = _iteration_threads(kernels, iterations, cpu)
     i_start = iterations.column("start_ns").to_pylist()
     i_end = iterations.column("end_ns").to_pylist()
     i_no = iterations.column("iteration").to_pylist()
@@ -308,33 +594,19 @@ def write_trace(
         annot: Annot = (("model", model), ("iteration", i_no[i]), ("kernel_count", i_cnt[i]))
         b.slices.append(_Slice(track, i_start[i], i_end[i], "inference", "iteration", 0, annot))
 
-    # kernels
-    gpu_slice: dict[int, _Slice] = {}
-    for r in range(nk):
-        if gpu[r]:
-            agent = b.named_track(("agent", k_agent[r]), f"GPU agent {k_agent[r]}")
-            track = b.named_track(("queue", k_agent[r], k_queue[r]), f"queue {k_queue[r]}", agent)
-            depth = 0
-        else:
-            track = b.thread(k_pid[r], k_tid[r])
-            depth = 1
-        annot = (
-            ("kernel_family", k_fam[r]),
-            ("op_type", k_op[r]),
-            ("iteration", k_it[r]),
-            ("correlation_id", k_corr[r]),
-            ("dispatch_id", k_disp[r]),
-        )
-        s = _Slice(track, k_start[r], k_end[r], str(k_name[r]), "kernel", depth, annot)
-        b.slices.append(s)
-        if gpu[r] and k_corr[r] is not None and k_corr[r] > 0:
-            gpu_slice.setdefault(int(k_corr[r]), s)
-    kernel_slices = nk
+    if cpu.num_rows:
+        k_pid = _ints(cpu.column("pid"), 0)
+        k_tid = [t if t >= 0 else p
+                 for t, p in zip(_ints(cpu.column("tid"), -1), k_pid, strict=True)]
+        cols = [cpu.column(c).to_pylist() for c in (
+            "start_ns", "end_ns", "kernel_name", "kernel_family", "op_type", "iteration",
+            "correlation_id", "dispatch_id")]
+        for r, (st, en, name, fam, op, it, corr, disp) in enumerate(zip(*cols, strict=True)):
+            annot = (("kernel_family", fam), ("op_type", op), ("iteration", it),
+                     ("correlation_id", corr), ("dispatch_id", disp))
+            b.slices.append(_Slice(b.thread(k_pid[r], k_tid[r]), st, en, str(name), "kernel", 1,
+                                   annot))
 
-    # HIP API slices and flows
-    flows = 0
-    api_slices = 0
-    linked: set[int] = set()
     if hip_api is not None and hip_api.num_rows:
         a_pid = _ints(hip_api.column("pid"), 0)
         a_tid = _ints(hip_api.column("tid"), -1)
@@ -342,44 +614,23 @@ def write_trace(
         a_fn = hip_api.column("function").to_pylist()
         a_start = hip_api.column("start_ns").to_pylist()
         a_end = hip_api.column("end_ns").to_pylist()
+        linked: set[int] = set()
         for r in range(hip_api.num_rows):
             tid = a_tid[r] if a_tid[r] >= 0 else a_pid[r]
-            annot = (("correlation_id", a_corr[r]),)
-            s = _Slice(
-                b.thread(a_pid[r], tid), a_start[r], a_end[r], str(a_fn[r]), "hip_api", 1, annot
-            )
+            s = _Slice(b.thread(a_pid[r], tid), a_start[r], a_end[r], str(a_fn[r]), "hip_api",
+                       1, (("correlation_id", a_corr[r]),))
             corr = a_corr[r]
-            target = gpu_slice.get(int(corr)) if corr is not None else None
-            if target is not None and LAUNCH_RE.search(str(a_fn[r])) and corr not in linked:
-                flows += 1
-                s.flow_out = target.flow_in = flows
-                linked.add(int(corr))
+            if corr is not None and corr not in linked and LAUNCH_RE.search(str(a_fn[r])):
+                s.flow_out = flows.api_flow(int(corr))
+                if s.flow_out:
+                    linked.add(int(corr))
             b.slices.append(s)
-            api_slices += 1
-    # synthetic launch slices from launch_api_ns / launch_delay_ns
-    api_ns = kernels.column("launch_api_ns").to_pylist()
-    delay_ns = kernels.column("launch_delay_ns").to_pylist()
-    raw_pid = kernels.column("pid").to_pylist()
-    raw_tid = kernels.column("tid").to_pylist()
-    for r in np.flatnonzero(gpu).tolist():
-        if None in (api_ns[r], delay_ns[r], raw_pid[r], raw_tid[r]):
-            continue
-        if k_corr[r] is not None and k_corr[r] in linked:
-            continue
-        end = k_start[r] - delay_ns[r]
-        annot = (("correlation_id", k_corr[r]), ("synthetic", True))
-        s = _Slice(
-            b.thread(raw_pid[r], raw_tid[r]), end - api_ns[r], end, "launch", "launch", 1, annot
-        )
-        flows += 1
-        s.flow_out = flows
-        target = b.slices[iterations.num_rows + r]
-        target.flow_in = flows
-        b.slices.append(s)
-        api_slices += 1
+            b.api_slices += 1
     b.emit_slices()
 
-    # counters
+
+def _counters(b: _Builder, sched: pa.Table | None, gauges: pa.Table | None,
+              analytics: pa.Table | None) -> None:
     if gauges is not None and gauges.num_rows:
         g = gauges.sort_by([("ts_ns", "ascending")])
         metric = g.column("metric").to_pylist()
@@ -432,18 +683,3 @@ def write_trace(
             proc = b.process(int(pids[r]))
             track = b.named_track(("sched", pids[r]), SII_SCHED_TRACK, proc, unit="1")
             b.counter(track, [ts[r]], [wait[r] / wall[r]])
-
-    data = b.trace.SerializeToString()
-    path = Path(path)
-    path.write_bytes(data)
-    return TraceStats(
-        path=path,
-        bytes=len(data),
-        packets=len(b.trace.packet),
-        kernel_slices=kernel_slices,
-        iteration_slices=iterations.num_rows,
-        api_slices=api_slices,
-        counter_tracks=b.counter_tracks,
-        counter_points=b.counter_points,
-        flows=flows,
-    )

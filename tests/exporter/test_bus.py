@@ -52,3 +52,33 @@ def test_unreachable_url_fails_clearly_after_bounded_retries() -> None:
     with pytest.raises(BusError, match=f"cannot reach NATS at {url} after 3 attempts"):
         asyncio.run(connect(url, cfg))
     assert time.monotonic() - t0 < 15
+
+
+def test_publish_whose_ack_times_out_is_sent_again_and_stored_once(
+        nats_server: EmbeddedNats) -> None:
+    """A publish stored by the server whose ack is lost (TimeoutError) goes to the
+    outbox, which finds it stored and does not send it again: one message in
+    the stream, counted as already stored."""
+    from nats.errors import TimeoutError as NatsTimeoutError
+
+    async def go() -> tuple[int, int]:
+        bus = await Bus.open(nats_server.url, BusConfig(), "host-a")
+        real = bus.js.publish
+        calls = 0
+
+        async def lossy(*a: object, **k: object) -> object:
+            nonlocal calls
+            calls += 1
+            ack = await real(*a, **k)  # type: ignore[arg-type]
+            if calls == 1:
+                raise NatsTimeoutError
+            return ack
+
+        bus.js.publish = lossy  # type: ignore[method-assign]
+        await bus.publish_table("iteration_span", _iters(3), "lossy:0")
+        assert await bus.flush_outbox() == 0
+        info = await bus.js.stream_info("AACO")
+        await bus.close()
+        return bus.already_stored, int(info.state.messages)
+
+    assert asyncio.run(go()) == (1, 1)

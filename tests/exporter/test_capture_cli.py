@@ -46,6 +46,9 @@ def test_capture_writes_the_bundle_and_kar_matches_orts_own_profile(
         assert derived[key] is not None, key
     assert set(derived["latency_ms"]) == {"mean", "p50", "p99"}
     assert derived["iterations"] == 40
+    timings = json.loads((session / "session.json").read_text())["timings_s"]
+    assert {"run", "analytics", "bundle", "trace", "total"} <= set(timings)
+    assert "timings:" not in r.stderr  # --quiet
     # Independent computation from ORT's own profile files.
     meta = json.loads((session / "model/model_meta.json").read_text())
     nodes = sum(n for op, n in meta["op_histogram"].items() if op != "Constant")

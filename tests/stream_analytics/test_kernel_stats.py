@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from stream_analytics.kernel_stats import busy_ns, kernel_stats
+from stream_analytics.kernel_stats import busy_ns, kernel_stats, kernel_stats_batches
 
 
 def test_kernel_stats_floor_average_and_order_by_total() -> None:
@@ -26,3 +26,16 @@ def test_busy_ns_counts_overlap_once_and_gaps_not_at_all() -> None:
     t = pa.table({"start_ns": [100, 0, 50, 300], "end_ns": [200, 60, 120, 310]})
     # [0,60] u [50,120] u [100,200] = [0,200] -> 200; plus [300,310] -> 10
     assert busy_ns(t) == 210
+
+
+def test_kernel_stats_batches_equals_kernel_stats_of_the_whole_table() -> None:
+    """Folding batch by batch (each with its own dictionary) gives the same rows
+    as one group_by over the concatenation, including the floor average."""
+    names = ["a", "b", "a", "c", "a", "b", "c", "c"]
+    durs = [10, 100, 5, 7, 6, None, 1, 2]
+    t = pa.table({"kernel_name": pa.array(names).dictionary_encode(), "duration_ns": durs})
+    batches = [pa.record_batch({"kernel_name": pa.array(names[i:i + 3]).dictionary_encode(),
+                                "duration_ns": pa.array(durs[i:i + 3], pa.int64())})
+               for i in range(0, len(names), 3)]
+    assert kernel_stats_batches(batches).to_pylist() == kernel_stats(t).to_pylist()
+    assert kernel_stats_batches([]).num_rows == 0

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
+import pytest
+from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TracePacket, TrackEvent
 
 from exporter.schema import ITERATION_SPAN, KERNEL_SPAN, conform
 from exporter.sinks.perfetto_trace import write_trace
@@ -29,36 +30,63 @@ class Parsed:
 
 
 def parse(path: Path) -> Parsed:
+    """Read the file as trace_processor does: one ``Trace`` (the file is a
+    concatenation of ``Trace`` messages), interned names resolved in file order
+    (an id must be interned before a packet uses it), then events stably
+    sorted by timestamp and begin/end paired per track."""
     trace = Trace.FromString(path.read_bytes())
     out = Parsed()
-    stacks: dict[int, list[dict[str, object]]] = {}
-    for p in trace.packet:
+    names: dict[int, str] = {}
+    cats: dict[int, str] = {}
+    ann_names: dict[int, str] = {}
+    strings: dict[int, str] = {}
+    events: list[tuple[int, int, TrackEvent]] = []
+    for i, p in enumerate(trace.packet):
+        assert p.trusted_packet_sequence_id == 1
+        if p.sequence_flags & TracePacket.SEQ_INCREMENTAL_STATE_CLEARED:
+            names, cats, ann_names, strings = {}, {}, {}, {}
+        d = p.interned_data
+        names |= {e.iid: e.name for e in d.event_names}
+        cats |= {e.iid: e.name for e in d.event_categories}
+        ann_names |= {e.iid: e.name for e in d.debug_annotation_names}
+        strings |= {e.iid: e.str.decode() for e in d.debug_annotation_string_values}
         if p.HasField("track_descriptor"):
             out.tracks[p.track_descriptor.uuid] = p.track_descriptor
         if not p.HasField("track_event"):
             continue
         ev = p.track_event
+        if ev.type == TrackEvent.TYPE_SLICE_BEGIN:  # resolve interned ids now (file order)
+            if ev.name_iid:
+                ev.name = names[ev.name_iid]
+            ev.categories.extend(cats[c] for c in ev.category_iids)
+            for a in ev.debug_annotations:
+                if a.name_iid:
+                    a.name = ann_names[a.name_iid]
+                if a.HasField("string_value_iid"):
+                    a.string_value = strings[a.string_value_iid]
+        events.append((p.timestamp, i, ev))
+    stacks: dict[int, list[dict[str, object]]] = {}
+    for ts, _, ev in sorted(events, key=lambda e: (e[0], e[1])):
         st = stacks.setdefault(ev.track_uuid, [])
         if ev.type == TrackEvent.TYPE_SLICE_BEGIN:
             ann = {a.name: a for a in ev.debug_annotations}
             s: dict[str, object] = {
                 "track": ev.track_uuid,
-                "ts": p.timestamp,
+                "ts": ts,
                 "name": ev.name,
                 "cat": ev.categories[0],
                 "parent": st[-1] if st else None,
                 "flow_out": list(ev.flow_ids),
                 "flow_in": list(ev.terminating_flow_ids),
                 "corr": ann["correlation_id"].int_value if "correlation_id" in ann else None,
+                "ann": ann,
             }
             st.append(s)
             out.slices.append(s)
         elif ev.type == TrackEvent.TYPE_SLICE_END:
-            st.pop()["end"] = p.timestamp
+            st.pop()["end"] = ts
         elif ev.type == TrackEvent.TYPE_COUNTER:
-            out.counters.setdefault(ev.track_uuid, []).append(
-                (p.timestamp, ev.double_counter_value)
-            )
+            out.counters.setdefault(ev.track_uuid, []).append((ts, ev.double_counter_value))
     assert all(not st for st in stacks.values()), "unbalanced begin/end"
     return out
 
@@ -238,3 +266,54 @@ def test_gpu_gauges_get_one_counter_track_per_sensor_and_clock_domain(tmp_path: 
     assert len(temps) == 7 and "hw.gpu.temperature gpu0 hbm_3" in temps
     assert all(len(p.counters[names[n]]) == 1 for n in clocks | temps)
     assert p.counters[names["hw.gpu.clock gpu0 sclk"]] == [(5, 800e6)]
+
+
+def _tiled_kernels(copies: int, keep_ids: int) -> pa.Table:
+    """The real rocprofv3 rows ``copies`` times, each copy 10 ms later; copy
+    ``keep_ids`` keeps the file's correlation ids, the others get new ones."""
+    ks = data.rocprof_kernels()
+    parts = []
+    for i in range(copies):
+        t = ks
+        for c in ("start_ns", "end_ns"):
+            t = t.set_column(t.schema.get_field_index(c), c, pc.add(t[c], 10_000_000 * i))
+        if i != keep_ids:
+            cid = t.schema.get_field_index("correlation_id")
+            t = t.set_column(cid, "correlation_id", pc.add(t["correlation_id"], 1000 * (i + 1)))
+        parts.append(t)
+    return pa.concat_tables(parts)
+
+
+def test_gpu_kernels_written_in_chunks_keep_every_slice_and_intern_each_name_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """360 GPU kernels fed as 50-row batches and written 16 rows per chunk: every
+    row is one kernel slice with its name, times and ids; each kernel name is
+    interned once for the whole file; the hipLaunchKernel flow reaches the
+    kernel with its correlation id in a late chunk."""
+    import exporter.sinks.perfetto_trace as pt
+
+    monkeypatch.setattr(pt, "CHUNK_ROWS", 16)
+    ks = _tiled_kernels(40, keep_ids=20)
+    empty = pa.Table.from_batches([conform("iteration_span", ITERATION_SPAN.empty_table())])
+    stats = write_trace(tmp_path / "t.pftrace", iter(ks.to_batches(max_chunksize=50)), empty,
+                        hip_api=data.rocprof_hip_api())
+    assert stats.kernel_slices == ks.num_rows == 360
+    assert stats.chunks > 360 // 16
+    p = parse(stats.path)
+    kernels = [s for s in p.slices if s["cat"] == "kernel"]
+    got = sorted((s["name"], s["ts"], s["end"], s["corr"],
+                  s["ann"]["dispatch_id"].int_value,  # type: ignore[index]
+                  s["ann"]["kernel_family"].string_value)  # type: ignore[index]
+                 for s in kernels)
+    want = sorted(zip(*(ks[c].to_pylist() for c in ("kernel_name", "start_ns", "end_ns",
+                                                   "correlation_id", "dispatch_id",
+                                                   "kernel_family")), strict=True))
+    assert got == want
+    interned = [e.name for pk in Trace.FromString(stats.path.read_bytes()).packet
+                for e in pk.interned_data.event_names]
+    assert sorted(interned) == sorted(set(ks["kernel_name"].to_pylist()))
+    (src,) = [s for s in p.slices if s["flow_out"]]
+    (dst,) = [s for s in p.slices if s["flow_in"]]
+    assert stats.flows == 1 and src["flow_out"] == dst["flow_in"]
+    assert src["name"] == "hipLaunchKernel" and dst["corr"] == 5
+    assert dst["ts"] in ks["start_ns"].to_pylist()[20 * 9: 21 * 9]  # the copy with the ids

@@ -1,0 +1,58 @@
+"""Wall-clock time per phase of a bounded session (``replay``, ``capture``).
+
+>>> p = Phases()
+>>> with p.time("parse"):
+...     pass
+>>> sorted(p.seconds)
+['parse']
+>>> p.summary().startswith("timings: parse ")
+True
+
+Phases: ``parse`` (reading the inputs), ``bus`` (publishing on the bus),
+``analytics`` (the analytics consumer), ``bundle`` (Parquet and JSON files
+of the bundle, the bundle sink's reading of the bus included), ``trace``
+(``trace.pftrace``). A phase timed several times adds up. Times are
+``time.perf_counter`` seconds; the phases of one session do not overlap.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+ORDER = ("run", "parse", "bus", "analytics", "bundle", "trace")
+"""Print order of the known phases (others follow in first-timed order)."""
+
+
+class Phases:
+    """Accumulated seconds per phase name, plus the time since creation."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.t0 = time.perf_counter()
+
+    @contextmanager
+    def time(self, phase: str) -> Iterator[None]:
+        """Add the time spent in the ``with`` block to ``phase``."""
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - t
+
+    def total(self) -> float:
+        """Seconds since this object was made."""
+        return time.perf_counter() - self.t0
+
+    def as_dict(self) -> dict[str, float]:
+        """Seconds per phase (rounded to ms) in print order, plus ``total``."""
+        keys = [k for k in ORDER if k in self.seconds]
+        keys += [k for k in self.seconds if k not in ORDER]
+        out = {k: round(self.seconds[k], 3) for k in keys}
+        out["total"] = round(self.total(), 3)
+        return out
+
+    def summary(self) -> str:
+        """``timings: parse 1.20 s, bus 0.80 s, ..., total 3.10 s``."""
+        return "timings: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.as_dict().items())
