@@ -1,6 +1,7 @@
 # The two commands a newcomer runs:  make demo  |  make test
 VENV ?= .venv
 PY   := $(VENV)/bin/python
+SOAK_S ?= 3600
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: setup demo run system-deps test lint bench dashboards clean
@@ -41,6 +42,7 @@ bench: setup
 	$(PY) benchmarks/bench_capture_overhead.py
 	$(PY) benchmarks/bench_instrument.py
 	$(SUDO) $(PY) benchmarks/bench_sched_overhead.py
+	$(PY) benchmarks/soak.py --duration $(SOAK_S) --out benchmarks/results/soak.json
 
 dashboards: setup
 	$(PY) dashboards/generate.py --out dashboards/grafana
