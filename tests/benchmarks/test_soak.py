@@ -4,6 +4,9 @@ instrumented ONNX Runtime server (magika), the daemon with its embedded nats-ser
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import ModuleType
 
@@ -37,14 +40,14 @@ def test_judge_fails_a_growing_fd_count_and_any_scrape_failure() -> None:
                             nats_fds=12, daemon_cpu_s=0.0, series=99, store_bytes=0)
                 for i, f in enumerate(fds)]
 
-    ok = soak.ScrapeStats(planned=10, done=10)
+    ok = soak.ScrapeStats(planned=10, attempted=10, done=10)
     flat_after_warmup = samples([5, 9, 11, 11, 11, 11])
     v = soak.judge(flat_after_warmup, 20.0, ok, soak.DEFAULT_BOUNDS, (1.0, 2.0))
     assert v["ok"] and v["fit_samples"] == 4, v
     leaking = samples([11, 11, 11, 12, 12, 13])  # one fd per 20 s: 180 fds/hour
     v = soak.judge(leaking, 20.0, ok, soak.DEFAULT_BOUNDS, (1.0, 2.0))
     assert not v["checks"]["slope_daemon_fds"]["ok"] and not v["ok"]
-    bad = soak.ScrapeStats(planned=10, done=9)
+    bad = soak.ScrapeStats(planned=10, attempted=10, done=9)
     bad.failures["parse"] += 1
     v = soak.judge(flat_after_warmup, 20.0, bad, soak.DEFAULT_BOUNDS, (1.0, 2.0))
     assert not v["checks"]["scrape_failures"]["ok"] and v["checks"]["scrapes_done"]["ok"]
@@ -63,6 +66,59 @@ def test_parse_counts_only_families_with_samples_and_keys_monotonic_series() -> 
     assert len(keys) == 2
     with pytest.raises(ValueError):
         soak.parse("a_total{pid=1 3\n")
+
+
+FAM = "# HELP aaco_iterations_total x\n# TYPE aaco_iterations_total counter\n"
+
+
+@pytest.fixture
+def exposition_server() -> Iterator[tuple[str, list[str]]]:
+    """A real HTTP server on 127.0.0.1:0 answering the i-th GET with the i-th text of the
+    returned list (the last one again once they run out)."""
+    texts: list[str] = []
+    served = [0]
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = texts[min(served[0], len(texts) - 1)].encode()
+            served[0] += 1
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    th = threading.Thread(target=srv.serve_forever, daemon=True)
+    th.start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}/metrics", texts
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_scraper_counts_a_decreased_counter_a_missing_family_and_bad_text(
+        exposition_server: tuple[str, list[str]]) -> None:
+    """Sequential scrapes of 3, 5, 4 (decrease), a response without the family, an
+    unparsable one and 6 give one failure of each kind and 3 good scrapes; a rise after
+    the decrease is judged against the highest value seen (5), not the last."""
+    soak = _soak()
+    url, texts = exposition_server
+    texts += [FAM + 'aaco_iterations_total{pid="1"} 3\n',
+              FAM + 'aaco_iterations_total{pid="1"} 5\n',
+              FAM + 'aaco_iterations_total{pid="1"} 4\n',
+              "# HELP g x\n# TYPE g gauge\ng 1\n",
+              'aaco_iterations_total{pid="1" 7\n',
+              FAM + 'aaco_iterations_total{pid="1"} 6\n']
+    st = soak.Scraper(url, rate=1000.0, total=6, clients=1,
+                      expected=("aaco_iterations",)).run()
+    assert dict(st.failures) == {"counter_decreased": 1, "incomplete": 1, "parse": 1}, \
+        st.first_errors
+    assert (st.attempted, st.done) == (6, 5)  # all but the unparsable one were judged
+    assert st.counters_checked == 4
 
 
 @pytest.mark.slow
@@ -92,7 +148,7 @@ def test_three_minute_soak_keeps_rss_fds_and_series_flat_under_50_scrapes_per_se
     print(soak.summary(rep))
     sc = rep["scrapes"]
     assert sc["failures_total"] == 0, sc["first_errors"]
-    assert sc["done"] == sc["planned"] == 9000
+    assert sc["attempted"] == sc["done"] == sc["planned"] == 9000
     assert sc["counters_checked"] > 0
     assert rep["iterations"]["end"] > rep["iterations"]["start"]
     checks = rep["verdict"]["checks"]
