@@ -1,6 +1,7 @@
 # The two commands a newcomer runs:  make demo  |  make test
 VENV ?= .venv
 PY   := $(VENV)/bin/python
+SOAK_S ?= 3600
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: setup demo run system-deps test lint bench dashboards metrics-doc clean
@@ -49,6 +50,7 @@ bench: setup
 	$(PY) benchmarks/bench_kernel_diff.py
 	$(SUDO) $(PY) benchmarks/bench_lab_noise.py
 	$(SUDO) $(PY) benchmarks/bench_sched_overhead.py
+	$(PY) benchmarks/soak.py --duration $(SOAK_S) --out benchmarks/results/soak.json
 
 ## docs/metrics.md's metric table, generated from exporter/catalogue.py (a test fails on drift).
 metrics-doc: setup

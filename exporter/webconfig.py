@@ -33,9 +33,11 @@ starts with the file path and the dotted field (``tls_server_config.key_file``).
 The server (:class:`MetricsServer`) is a threading ``wsgiref`` server in a
 daemon thread serving ``prometheus_client.make_wsgi_app`` (content
 negotiation: text 0.0.4, OpenMetrics, gzip, ``name[]`` filters) on
-``/metrics``. TLS handshakes run in the per-connection thread (a stalled
-client cannot block ``accept``); a plain-HTTP request on a TLS port gets
-``400 Client sent an HTTP request to an HTTPS server`` like Go's server.
+``/metrics``, listening with a ``SOMAXCONN`` backlog (socketserver's default 5
+made concurrent scrapes wait for SYN retransmits). TLS handshakes run in the
+per-connection thread (a stalled client cannot block ``accept``); a plain-HTTP
+request on a TLS port gets ``400 Client sent an HTTP request to an HTTPS
+server`` like Go's server.
 Basic auth failures get ``401`` with ``WWW-Authenticate: Basic``; bcrypt
 results are cached per (user, bcrypt hash, supplied password digest) for
 ``auth_cache_ttl_s`` so a scrape does not pay a bcrypt each time, as
@@ -394,6 +396,10 @@ class _Handler(WSGIRequestHandler):
 class _Server(socketserver.ThreadingMixIn, WSGIServer):
     daemon_threads = True
     allow_reuse_address = True
+    # listen() backlog: socketserver's default 5 overflows under concurrent scrapes (the
+    # kernel drops the SYN, the client retries after 1, 3, 7 s: a 10 s scrape timeout);
+    # SOMAXCONN as Go's net.Listen, capped by net.core.somaxconn.
+    request_queue_size = socket.SOMAXCONN
     ssl_ctx: ssl.SSLContext | None = None
     handshake_timeout_s = 10.0
 

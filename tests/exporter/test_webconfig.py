@@ -236,6 +236,34 @@ def test_shutdown_closes_the_port(registry: CollectorRegistry) -> None:
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
 
 
+def test_64_connections_complete_their_handshake_while_accept_is_stalled(
+        registry: CollectorRegistry) -> None:
+    """The listen backlog holds 64 concurrent connections that the server has not
+    accepted yet (with socketserver's default backlog of 5 the kernel drops the SYNs of
+    all but about 6, whose clients then wait for a retransmit)."""
+    import select
+
+    srv = serve_metrics(registry, "127.0.0.1", 0, None)
+    srv._server.shutdown()  # stop the accept loop; the socket keeps listening
+    socks = [socket.socket() for _ in range(64)]
+    try:
+        for s in socks:
+            s.setblocking(False)
+            assert s.connect_ex(("127.0.0.1", srv.port)) in (0, 115)  # 115: EINPROGRESS
+        pending = set(socks)
+        for _ in range(20):  # up to 2 s: loopback handshakes complete at once
+            _, writable, _ = select.select([], list(pending), [], 0.1)
+            pending -= {s for s in writable
+                        if s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0}
+            if not pending:
+                break
+        assert len(socks) - len(pending) == 64
+    finally:
+        for s in socks:
+            s.close()
+        srv.shutdown()
+
+
 # -- config errors --------------------------------------------------------------
 
 
