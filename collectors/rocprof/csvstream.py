@@ -60,9 +60,13 @@ class MissingColumn(Exception):
 
 
 def read_header(data: bytes) -> list[str]:
-    """Field names of the first line of ``data`` (csv quoting rules)."""
+    """Field names of the first line of ``data`` (csv quoting rules; ``[]`` when
+    the line is not CSV, e.g. holds a bare carriage return)."""
     first = data.split(b"\n", 1)[0].rstrip(b"\r").decode("utf-8", "replace")
-    return next(csv.reader([first]), [])
+    try:
+        return next(csv.reader([first]), [])
+    except csv.Error:  # a bare CR inside the line: not a header of any rocprof format
+        return []
 
 
 def resolve(header: Sequence[str], columns: Sequence[Column]) -> dict[str, Column]:
