@@ -86,13 +86,15 @@ def resolve(header: Sequence[str], columns: Sequence[Column]) -> dict[str, Colum
 
 
 def _agent_to_int(arr: pa.Array) -> pa.Array:
-    """``"Agent 4"``/``"4"`` (dictionary or string) -> int64; others -> null."""
+    """``"Agent 4"``/``"4"`` (dictionary or string) -> int64; others (no digits, or a
+    number outside int64) -> null."""
     if not pa.types.is_dictionary(arr.type):
         arr = arr.dictionary_encode()
     vals = []
     for v in arr.dictionary.to_pylist():
-        digits = "".join(ch for ch in (v or "").rsplit(" ", 1)[-1] if ch.isdigit())
-        vals.append(int(digits) if digits else None)
+        digits = "".join(ch for ch in (v or "").rsplit(" ", 1)[-1] if "0" <= ch <= "9")
+        n = int(digits) if digits else None
+        vals.append(n if n is not None and n < 1 << 63 else None)
     mapped = pa.array(vals, pa.int64())
     return mapped.take(arr.indices)
 

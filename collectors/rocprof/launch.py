@@ -84,7 +84,9 @@ def read_api_trace(
     line_base: int = 0,
 ) -> pa.Table:
     """All rows of a rocprofv3 API trace CSV as a table with columns
-    ``domain, function, pid, tid, correlation_id, start_ns, end_ns`` (ns).
+    ``domain, function, pid, tid, correlation_id, start_ns, end_ns`` (ns),
+    always all of them (an optional column absent from the header is all null;
+    a file without rows gives an empty table of these columns).
 
     Rows with empty ids/timestamps (``missing_value``) or end < start
     (``end_before_start``) are dropped with file:line."""
@@ -96,8 +98,15 @@ def read_api_trace(
         t = _drop_bad_times(t, stream, rejects, ("correlation_id", "start_ns", "end_ns"))
         parts.append(t.drop_columns(["_row"]))
     if not parts:
-        return pa.table({c.out: pa.array([], pa.int64()) for c in API_COLUMNS})
-    return pa.concat_tables(parts, promote_options="permissive")
+        return pa.table({c.out: pa.array([], _API_TYPES[c.kind]) for c in API_COLUMNS})
+    t = pa.concat_tables(parts, promote_options="permissive")
+    for c in API_COLUMNS:  # optional columns the header lacks: all null
+        if c.out not in t.column_names:
+            t = t.append_column(c.out, pa.nulls(t.num_rows, _API_TYPES[c.kind]))
+    return t.select([c.out for c in API_COLUMNS])
+
+
+_API_TYPES = {"name": pa.string(), "int": pa.int64()}
 
 
 def _drop_bad_times(
