@@ -88,7 +88,7 @@ def _int(v: Any) -> int | None:
 def _us_to_ns(v: Any) -> int | None:
     """Microseconds (int, Decimal or numeric text) -> exact integer ns (``None`` when
     not a finite number in int64 range)."""
-    if v is None or isinstance(v, bool) or isinstance(v, dict | list):
+    if v is None or isinstance(v, bool | dict | list):
         return None
     try:
         return _i64(int((Decimal(str(v)) * 1000).to_integral_value()))
