@@ -139,12 +139,20 @@ def _report(
 
 def launch_calls(api: pa.Table, rejects: Rejects, name: str = "<api>") -> pa.Table:
     """Launch calls of ``api`` (a :func:`read_api_trace` table) in
-    :data:`LAUNCH_SCHEMA`; duplicate correlation ids after the first are
-    dropped as ``duplicate_id``."""
+    :data:`LAUNCH_SCHEMA`; calls without a correlation id or timestamps are
+    dropped as ``missing_value``, duplicate correlation ids after the first as
+    ``duplicate_id``."""
     fn = api["function"]
     if pa.types.is_dictionary(fn.type):
         fn = fn.cast(pa.string())
     t = api.filter(pc.is_in(fn, value_set=pa.array(sorted(LAUNCH_FUNCTIONS))))
+    ok = pc.and_(pc.and_(pc.is_valid(t["correlation_id"]), pc.is_valid(t["start_ns"])),
+                 pc.is_valid(t["end_ns"]))
+    nbad = t.num_rows - pc.sum(ok).as_py() if t.num_rows else 0
+    if nbad:
+        rejects.add("missing_value", name, None,
+                    "launch call without correlation id or timestamps", n=nbad)
+        t = t.filter(ok)
     t = pa.table(
         {
             "correlation_id": t["correlation_id"],
