@@ -21,6 +21,7 @@ and the verdicts (``from_dict``), as the consumer restores it.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import json
@@ -174,7 +175,7 @@ def _csv_structured(seed: Seed, data: bytes, r: random.Random) -> bytes:
     else:
         width = len(rows[0])
         rows.insert(r.randrange(1, len(rows) + 1),
-                    [r.choice(pool + [rows[-1][k] if k < len(rows[-1]) else ""])
+                    [r.choice([*pool, rows[-1][k] if k < len(rows[-1]) else ""])
                      for k in range(width)])
     out = io.StringIO()
     csv.writer(out, lineterminator="\n").writerows(rows)
@@ -291,10 +292,8 @@ def _rocpd_structured(seed: Seed, data: bytes, r: random.Random) -> bytes:
                 con.execute("UPDATE rocpd_metadata SET value = ? WHERE tag = 'schema_version'",
                             (r.choice(("2", "4", "3.0", "", None, 3)),))
         else:
-            try:
+            with contextlib.suppress(sqlite3.IntegrityError):
                 con.execute(f'INSERT INTO "{t}" SELECT * FROM "{t}" LIMIT 3')
-            except sqlite3.IntegrityError:
-                pass
         con.commit()
         return bytes(con.serialize())
     except sqlite3.Error:
@@ -337,6 +336,11 @@ KINETO = Target(
 # -- GPU readers ---------------------------------------------------------------
 
 def _gpu_outcome(res: Any) -> Outcome:
+    """Drops of a GPU ``ParseResult``, after building its Arrow batch as the
+    collector does (so values and attributes must fit GAUGE_SAMPLE)."""
+    from collectors.gpu.rows import to_table
+
+    to_table(res.rows, ts_ns=1, source="fuzz")
     return Outcome(drops=dict(res.drops))
 
 
@@ -407,10 +411,15 @@ def _sysfs_seeds(work: Path) -> list[Seed]:
 def _sysfs_run(seed: Seed, data: bytes, case: Path) -> Outcome:
     from collectors.gpu.sysfs import read_sysfs
 
-    root = case / "sys"
-    shutil.copytree(SYSFS_TREE, root)
-    (root / seed.name).write_bytes(data)
-    return _gpu_outcome(read_sysfs(root))
+    root = case.parent / "sys"  # one copy of the tree per work dir; the case's file
+    if not root.exists():  # is put in and the recorded one put back afterwards
+        shutil.copytree(SYSFS_TREE, root)
+    target = root / seed.name
+    try:
+        target.write_bytes(data)
+        return _gpu_outcome(read_sysfs(root))
+    finally:
+        target.write_bytes(seed.data)
 
 
 SYSFS = Target("sysfs", "collectors.gpu.sysfs.read_sysfs", _sysfs_seeds, _sysfs_run, None)
@@ -463,7 +472,7 @@ def _bus_structured(seed: Seed, data: bytes, r: random.Random) -> bytes:
         if r.random() < 0.5:
             headers.pop(k, None)
         else:
-            headers[k] = r.choice(("", "2", "x", "kernel_span", "otlp.traces", "１", "-0"))
+            headers[k] = r.choice(("", "2", "x", "kernel_span", "otlp.traces", "\uff11", "-0"))
         return json.dumps(headers).encode() + b"\n" + payload
     try:
         with pa.ipc.open_stream(payload) as rd:
@@ -624,10 +633,8 @@ def _checkpoint_structured(seed: Seed, data: bytes, r: random.Random) -> bytes:
         body = zlib.decompress(data)
     except zlib.error:
         return data
-    if r.random() < 0.75:
-        body = _json_structured(seed, body, r)
-    else:
-        body = M.apply(body, M.random_plan(r))
+    edit = r.random() < 0.75
+    body = _json_structured(seed, body, r) if edit else M.apply(body, M.random_plan(r))
     return zlib.compress(body)
 
 
