@@ -575,9 +575,15 @@ def _webconfig_run(seed: Seed, data: bytes, case: Path) -> Outcome:
 
 
 def _field_reason(field_: str, msg: str) -> str:
+    """A bounded token: the file-level problem, or the top-level key at fault."""
     if not field_:
-        return "invalid_yaml" if "invalid YAML" in msg else "unreadable"
-    return field_.split(".")[0]
+        for token, reason in (("invalid YAML", "invalid_yaml"), ("not UTF-8", "not_utf8")):
+            if token in msg:
+                return reason
+        return "unreadable"
+    top = field_.split(".")[0]
+    known = {"tls_server_config", "http_server_config", "basic_auth_users", "(top level)"}
+    return top if top in known else "unknown_key"
 
 
 def _yaml_structured(seed: Seed, data: bytes, r: random.Random) -> bytes:
