@@ -76,7 +76,7 @@ def fuzz_target(t: Target, cases: int, seed: int, timeout_s: int, out: Path,
                 stem.with_suffix(".recipe").write_text(recipe + "\n")
                 stem.with_suffix(".txt").write_text(
                     f"target {t.name}, seed file {seed_.name}\n"
-                    + "".join(traceback.format_exception(e)))
+                    + "".join(traceback.format_exception(e)), errors="backslashreplace")
             continue
         finally:
             signal.alarm(0)

@@ -646,21 +646,17 @@ def _checkpoint_structured(seed: Seed, data: bytes, r: random.Random) -> bytes:
 
 def _checkpoint_run(seed: Seed, data: bytes, case: Path) -> Outcome:
     from stream_analytics import checkpoint
-    from stream_analytics.engine import Analytics
-    from stream_analytics.verdicts import OnlineVerdicts
 
     try:
-        st = checkpoint.decode(data)
+        checkpoint.restore(data)
     except checkpoint.CheckpointError as e:
         return Outcome(rejected=True, reason=_checkpoint_reason(str(e)))
-    Analytics.from_dict(st["engine"])
-    if "verdicts" in st:
-        OnlineVerdicts.from_dict(st["verdicts"])
     return Outcome()
 
 
 def _checkpoint_reason(msg: str) -> str:
-    for token, reason in (("not zlib", "not_zlib"), ("truncated", "truncated"),
+    for token, reason in (("refused by its loader", "loader"),
+                          ("not zlib", "not_zlib"), ("truncated", "truncated"),
                           ("not JSON", "not_json"), ("foreign", "foreign_format"),
                           ("version", "bad_version"), ("empty", "empty")):
         if token in msg:
@@ -668,7 +664,7 @@ def _checkpoint_reason(msg: str) -> str:
     return "schema"
 
 
-CHECKPOINT = Target("checkpoint", "stream_analytics.checkpoint.decode + from_dict",
+CHECKPOINT = Target("checkpoint", "stream_analytics.checkpoint.restore (decode + from_dict)",
                     _checkpoint_seeds, _checkpoint_run, _checkpoint_structured)
 
 
