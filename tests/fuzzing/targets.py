@@ -75,13 +75,14 @@ class Target:
     seeds: Callable[[Path], list[Seed]]  # made once per work dir
     run: Runner
     structured: Callable[[Seed, bytes, random.Random], bytes] | None = None
-    _seeds: list[Seed] | None = None
+    _seeds: dict[Path, list[Seed]] = field(default_factory=dict)
 
     def seed_list(self, work: Path) -> list[Seed]:
-        if self._seeds is None:
+        """The seeds, made once per work dir (some put files there: certificates)."""
+        if work not in self._seeds:
             work.mkdir(parents=True, exist_ok=True)
-            self._seeds = self.seeds(work)
-        return self._seeds
+            self._seeds[work] = self.seeds(work)
+        return self._seeds[work]
 
 
 def build_case(target: Target, work: Path, seed_index: int, structured: list[int],
