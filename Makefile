@@ -3,7 +3,7 @@ VENV ?= .venv
 PY   := $(VENV)/bin/python
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup demo run system-deps test lint bench dashboards clean
+.PHONY: setup demo run system-deps test lint bench fuzz dashboards clean
 
 setup: $(VENV)/.installed
 
@@ -41,6 +41,12 @@ bench: setup
 	$(PY) benchmarks/bench_capture_overhead.py
 	$(PY) benchmarks/bench_instrument.py
 	$(SUDO) $(PY) benchmarks/bench_sched_overhead.py
+
+## Fuzz every parser of external input: FUZZ_CASES per parser on one core; exit 1 on a crash
+## (inputs saved under benchmarks/results/fuzz). CI runs the same targets at 200 cases each.
+FUZZ_CASES ?= 100000
+fuzz: setup
+	taskset -c 0 $(PY) benchmarks/fuzz_parsers.py --cases $(FUZZ_CASES) --out benchmarks/results/fuzz
 
 dashboards: setup
 	$(PY) dashboards/generate.py --out dashboards/grafana

@@ -1,7 +1,7 @@
 """Fuzz every parser of external input: N mutated real files per parser, one core.
 
     .venv/bin/python benchmarks/fuzz_parsers.py [--cases 100000] [--only rocpd,bus]
-        [--seed 1] [--timeout-s 10] [--out benchmarks/results/fuzz]
+        [--seed 1] [--timeout-s 10] [--budget-s SECONDS] [--out benchmarks/results/fuzz]
 
 Targets, seeds and the contract are in ``tests/fuzzing/targets.py`` (the same ones
 the CI tests ``tests/**/test_fuzz_*.py`` run with hypothesis at a small budget):
@@ -11,7 +11,9 @@ past ``--timeout-s`` (a hang), is a **crash**. Each crash is saved to ``--out`` 
 ``<target>-<n>.bin`` (the input bytes), ``.recipe`` (seed index, structure-aware
 edit seeds and byte-op plan: :func:`tests.fuzzing.targets.case_from_recipe` rebuilds
 it) and ``.txt`` (the traceback). Cases are drawn from ``random.Random(--seed)``, so
-a run is reproducible.
+a run is reproducible. ``--budget-s`` caps the whole run's time: each parser gets
+the budget left divided by the parsers left (so the fast ones leave time to the slow
+ones) and stops at ``--cases`` or at its share; the table gives the cases actually run.
 
 Prints one row per parser: cases, accepted (clean), accepted with drops, rejected,
 reasons (cases per reason, drops and rejects), crashes and cases/s, plus a Markdown
@@ -48,7 +50,7 @@ def _alarm(signum: int, frame: FrameType | None) -> None:
 
 
 def fuzz_target(t: Target, cases: int, seed: int, timeout_s: int, out: Path,
-                work: Path) -> dict[str, object]:
+                work: Path, max_s: float = float("inf")) -> dict[str, object]:
     r = random.Random(f"{seed}:{t.name}")
     reasons: collections.Counter[str] = collections.Counter()
     accepted = with_drops = rejected = crashes = 0
@@ -56,7 +58,11 @@ def fuzz_target(t: Target, cases: int, seed: int, timeout_s: int, out: Path,
     t.seed_list(work)  # setup outside the timing
     t0 = time.perf_counter()
     last = t0
+    done = 0
     for n in range(cases):
+        if n % 100 == 0 and time.perf_counter() - t0 > max_s:
+            break
+        done = n + 1
         seed_, data, recipe = random_case(t, work, r)
         signal.alarm(timeout_s)
         try:
@@ -94,11 +100,11 @@ def fuzz_target(t: Target, cases: int, seed: int, timeout_s: int, out: Path,
             print(f"  {t.name}: {n + 1}/{cases} cases, {crashes} crashes, "
                   f"{(n + 1) / (now - t0):.0f}/s", file=sys.stderr, flush=True)
     wall = time.perf_counter() - t0
-    return {"parser": t.name, "entry": t.entry, "cases": cases, "accepted": accepted,
+    return {"parser": t.name, "entry": t.entry, "cases": done, "accepted": accepted,
             "accepted_with_drops": with_drops, "rejected": rejected,
             "reasons": dict(sorted(reasons.items())), "crashes": crashes,
             "crash_kinds": dict(crash_kinds), "wall_s": round(wall, 1),
-            "cases_per_s": round(cases / wall, 1) if wall else 0.0}
+            "cases_per_s": round(done / wall, 1) if wall else 0.0}
 
 
 def markdown(rows: list[dict[str, object]]) -> str:
@@ -121,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"({', '.join(TARGETS)})")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--timeout-s", type=int, default=10, help="a case past this is a hang")
+    ap.add_argument("--budget-s", type=float, default=float("inf"),
+                    help="time for the whole run, shared out among the parsers")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "fuzz")
     a = ap.parse_args(argv)
     names = [n for n in a.only.split(",") if n] or list(TARGETS)
@@ -132,8 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="aaco-fuzz-",
                                      dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as w:
-        for name in names:
-            s = fuzz_target(TARGETS[name], a.cases, a.seed, a.timeout_s, a.out, Path(w) / name)
+        start = time.perf_counter()
+        for i, name in enumerate(names):
+            share = (a.budget_s - (time.perf_counter() - start)) / (len(names) - i)
+            s = fuzz_target(TARGETS[name], a.cases, a.seed, a.timeout_s, a.out, Path(w) / name,
+                            max_s=share)
             rows.append(s)
             print(json.dumps(s), flush=True)
     (a.out / "summary.json").write_text(json.dumps(rows, indent=1) + "\n")
