@@ -38,11 +38,18 @@ def int_(v: Any, path: str, lo: int = -I64, hi: int = I64) -> int:
     return v
 
 
-def num(v: Any, path: str, *, inf: bool = False, lo: float = -math.inf) -> float:
-    """``v`` (int or float) as a number >= ``lo``; never NaN; +-inf only if ``inf``."""
+MAX_SECONDS = 1e9
+"""Largest duration in seconds a checkpoint may hold (the engine turns seconds into
+int64 nanoseconds, twice a window at most: 2e18 < 2**63)."""
+
+
+def num(v: Any, path: str, *, inf: bool = False, lo: float = -math.inf,
+        hi: float = math.inf) -> float:
+    """``v`` (int or float) as a number in [``lo``, ``hi``]; never NaN; +-inf only if
+    ``inf``."""
     if not isinstance(v, int | float) or isinstance(v, bool) or math.isnan(v):
         raise _fail(path, f"expected a number, got {v!r:.40}")
-    if (not inf and math.isinf(v)) or v < lo:
+    if (not inf and math.isinf(v)) or v < lo or v > hi:
         raise _fail(path, f"out of range: {v!r}")
     return float(v)
 
@@ -114,9 +121,9 @@ def check_engine(e: Any, path: str = "engine") -> None:
     """``Analytics.to_dict`` output."""
     e = dict_(e, path, ("window_s", "bucket_ns", "nodes", "sched", "drops", "keys"),
               closed=False)
-    opt(num, e["window_s"], f"{path}.window_s", lo=0.0)
+    opt(num, e["window_s"], f"{path}.window_s", lo=0.0, hi=MAX_SECONDS)
     int_(e["bucket_ns"], f"{path}.bucket_ns", 1)
-    opt(num, e.get("forget_s"), f"{path}.forget_s", lo=0.0)
+    opt(num, e.get("forget_s"), f"{path}.forget_s", lo=0.0, hi=MAX_SECONDS)
     if "sched_keys" in e:
         bool_(e["sched_keys"], f"{path}.sched_keys")
     counts(e["drops"], f"{path}.drops")
@@ -137,7 +144,8 @@ def check_engine(e: Any, path: str = "engine") -> None:
         str_(c[0], p), int_(c[1], p), str_(c[2], p)
     for i, k in enumerate(list_(e["keys"], f"{path}.keys")):
         _key_state(k, f"{path}.keys[{i}]")
-    opt(num, e.get("attribution_grace_s"), f"{path}.attribution_grace_s", lo=0.0)
+    if "attribution_grace_s" in e:
+        num(e["attribution_grace_s"], f"{path}.attribution_grace_s", lo=0.0, hi=MAX_SECONDS)
     for name in ("max_held", "max_spans"):
         if name in e:
             int_(e[name], f"{path}.{name}", 0)

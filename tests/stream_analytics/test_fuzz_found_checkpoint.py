@@ -61,6 +61,12 @@ EDITS: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     ("grace text", lambda s: s["engine"].update(attribution_grace_s=""),
      "engine.attribution_grace_s"),
     ("attach float", lambda s: s["engine"].update(attach=[["h", 1, 1.5]]), "engine.attach[0]"),
+    ("grace null", lambda s: s["engine"].update(attribution_grace_s=None),
+     "engine.attribution_grace_s"),
+    ("grace 1e308 s", lambda s: s["engine"].update(attribution_grace_s=1e308),
+     "engine.attribution_grace_s"),
+    ("window 1e300 s", lambda s: s["engine"].update(window_s=1e300), "engine.window_s"),
+    ("forget 1e300 s", lambda s: s["engine"].update(forget_s=1e300), "engine.forget_s"),
     ("unknown param", lambda s: _slot_det(s, "adwin")["params"].update({"c,ip": 4.0}),
      "params.c,ip"),
     ("param of wrong type", lambda s: _slot_det(s, "adwin")["params"].update(
