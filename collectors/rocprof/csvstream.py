@@ -8,8 +8,10 @@ not by file size.
 
 Fast path: numeric columns are converted by the CSV reader itself. If a
 block holds a non-numeric value the reader is restarted in *safe mode*
-(numeric columns read as strings, validated with a regex, bad rows dropped
-as ``not_numeric``), skipping the rows already yielded. Lines with the wrong
+(numeric columns read as bytes, validated with a regex, bad rows dropped
+as ``not_numeric``), skipping the rows already yielded. Text columns are read as
+bytes and decoded per dictionary value: bytes that are not UTF-8 become U+FFFD and
+the row is kept, counted as the note ``not_utf8``. Lines with the wrong
 field count are dropped as ``column_count`` (``truncated`` for a last line
 without a trailing newline). A required column absent from the header drops
 the whole file as ``missing_column``.
@@ -43,6 +45,7 @@ DEFAULT_BLOCK = 1 << 22
 _INT_RX = r"^\s*[-+]?\d+\s*$"
 _FLOAT_RX = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"
 _DICT = pa.dictionary(pa.int32(), pa.string())
+_DICT_BIN = pa.dictionary(pa.int32(), pa.binary())
 
 
 @dataclass(frozen=True)
@@ -203,10 +206,10 @@ class CsvStream:
     ) -> Iterator[pa.RecordBatch]:
         types: dict[str, pa.DataType] = {}
         for csv_name, col in present.items():
-            if col.kind in ("agent", "name"):
-                types[csv_name] = _DICT
+            if col.kind in ("agent", "name"):  # text is read as bytes, checked in _convert
+                types[csv_name] = _DICT_BIN
             elif col.kind == "str" or safe:
-                types[csv_name] = pa.string()
+                types[csv_name] = pa.binary()
             elif col.kind == "int":
                 types[csv_name] = pa.int64()
             else:
@@ -247,6 +250,8 @@ class CsvStream:
         out: dict[str, pa.Array] = {}
         for csv_name, col in present.items():
             arr = raw.column(csv_name)
+            if col.kind in ("agent", "name", "str"):
+                arr = self._utf8(arr, rows, col)
             if col.kind == "agent":
                 arr = _agent_to_int(arr)
             elif col.kind in ("int", "float_int", "float") and safe:
@@ -256,8 +261,8 @@ class CsvStream:
                     bad = pc.invert(ok)
                     self._report(bad, rows, "not_numeric", col, arr)
                     keep = bad if keep is None else pc.or_(keep, bad)
-                    arr = pc.if_else(ok, arr, pa.scalar(None, pa.string()))
-                arr = pc.utf8_trim_whitespace(arr)
+                    arr = pc.if_else(ok, arr, pa.scalar(None, pa.binary()))
+                arr = pc.utf8_trim_whitespace(arr.cast(pa.string()))  # ASCII digits left
                 arr = pc.cast(arr, pa.int64() if col.kind == "int" else pa.float64())
             if col.kind == "float_int":
                 arr = pc.cast(pc.round(arr), pa.int64())
@@ -268,16 +273,39 @@ class CsvStream:
             batch = batch.filter(pc.invert(keep))
         return batch
 
+    def _utf8(self, arr: pa.Array, rows: pa.Array, col: Column) -> pa.Array:
+        """Text column read as bytes -> string; bytes that are not UTF-8 become U+FFFD
+        and each such row is counted as the note ``not_utf8`` (the row is kept)."""
+        d = arr.dictionary if pa.types.is_dictionary(arr.type) else arr
+        try:
+            text = d.cast(pa.string())
+        except pa.ArrowInvalid:
+            vals = d.to_pylist()
+            text = pa.array([None if v is None else v.decode("utf-8", "replace")
+                             for v in vals], pa.string())
+            bad = pa.array([v is not None and "\ufffd" in t and t.encode() != v
+                            for v, t in zip(vals, text.to_pylist(), strict=True)])
+            shown = text
+            if pa.types.is_dictionary(arr.type):  # per row, as rows are reported
+                bad = pc.fill_null(pc.take(bad, arr.indices), False)
+                shown = pc.take(text, arr.indices)
+            self._report(bad, rows, "not_utf8", col, shown)
+        if pa.types.is_dictionary(arr.type):
+            return pa.DictionaryArray.from_arrays(arr.indices, text)
+        return text
+
     def _report(
         self, bad: pa.Array, rows: pa.Array, reason: str, col: Column, arr: pa.Array
     ) -> None:
         idx = pc.indices_nonzero(bad).to_pylist()
         for i in idx[:MAX_EXAMPLES]:
+            v = arr[i].as_py()
+            v = v.decode("utf-8", "backslashreplace") if isinstance(v, bytes) else v
             self.rejects.add(
                 reason,
                 self.name,
                 self.line_of(rows[i].as_py()),
-                f"column {col.csv[0]!r} value {arr[i].as_py()!r}",
+                f"column {col.csv[0]!r} value {v!r}",
             )
         self.rejects.count(reason, len(idx) - min(len(idx), MAX_EXAMPLES))
 

@@ -71,3 +71,40 @@ def test_agent_id_outside_int64_or_in_other_digits_is_null(tmp_path: Path) -> No
     spans = [e.batch for e in load_paths([d], r) if e.signal == "kernel_span"]
     assert sum(b.num_rows for b in spans) == base
     assert sum(b.column("agent_id").null_count for b in spans) == 2
+
+
+def test_kernel_name_that_is_not_utf8_is_kept_and_noted(tmp_path: Path) -> None:
+    """A byte 0xff inside one kernel name made the CSV reader's string conversion fail,
+    and the whole file was dropped as one 'not_numeric: unparseable block'. Now the name
+    is decoded with U+FFFD, the row kept and counted as the note not_utf8 with its line."""
+    d = _run_dir(tmp_path)
+    base, base_r = _kernels(d)
+    lines = (d / "kernel_trace.csv").read_bytes().split(b"\n")
+    lines[2] = lines[2].replace(b"divide_kernel", b"divide_\xff_kernel")
+    (d / "kernel_trace.csv").write_bytes(b"\n".join(lines))
+    r = Rejects()
+    spans = [e.batch for e in load_paths([d / "kernel_trace.csv"], r)
+             if e.signal == "kernel_span"]
+    assert sum(b.num_rows for b in spans) == base
+    assert r.counts == base_r.counts
+    assert r.notes == {"not_utf8": 1}
+    assert r.examples["not_utf8"][0].startswith(f"{d / 'kernel_trace.csv'}:3: not_utf8:")
+    names = [n for b in spans for n in b.column("kernel_name").to_pylist()]
+    assert "divide_\ufffd_kernel(float*, float const*, float const*, int, int)" in names
+
+
+def test_numeric_field_that_is_not_utf8_drops_only_its_row(tmp_path: Path) -> None:
+    """End_Timestamp '12\\xfe' (safe mode read numbers as strings: the conversion failed
+    and the rest of the file was lost): only that row is dropped, as not_numeric."""
+    d = _run_dir(tmp_path)
+    base, base_r = _kernels(d)
+    lines = (d / "kernel_trace.csv").read_bytes().split(b"\n")
+    lines[3] = lines[3].replace(b",1550151853064037,", b",12\xfe,", 1)
+    assert b"12\xfe" in lines[3]
+    (d / "kernel_trace.csv").write_bytes(b"\n".join(lines))
+    r = Rejects()
+    rows = sum(e.batch.num_rows for e in load_paths([d / "kernel_trace.csv"], r)
+               if e.signal == "kernel_span")
+    assert rows == base - 1
+    assert r.counts == {**base_r.counts, "not_numeric": 1}
+    assert r.examples["not_numeric"][0].startswith(f"{d / 'kernel_trace.csv'}:4: not_numeric:")
