@@ -9,7 +9,10 @@ not by file size.
 Fast path: numeric columns are converted by the CSV reader itself. If a
 block holds a non-numeric value the reader is restarted in *safe mode*
 (numeric columns read as bytes, validated with a regex, bad rows dropped
-as ``not_numeric``), skipping the rows already yielded. Text columns are read as
+as ``not_numeric``), skipping the rows already yielded; if that fails too (a
+malformed line holding bytes that are not UTF-8: pyarrow cannot hand such a line to
+the invalid-row handler), once more with those bytes replaced by U+FFFD before
+parsing (a transcoding codec, so only such files pay for it). Text columns are read as
 bytes and decoded per dictionary value: bytes that are not UTF-8 become U+FFFD and
 the row is kept, counted as the note ``not_utf8``. Lines with the wrong
 field count are dropped as ``column_count`` (``truncated`` for a last line
@@ -23,11 +26,15 @@ file still parses, but reported line numbers are then approximate.
 from __future__ import annotations
 
 import bisect
+import codecs
 import csv
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 import numpy as np
 import pyarrow as pa
@@ -46,6 +53,27 @@ _INT_RX = r"^\s*[-+]?\d+\s*$"
 _FLOAT_RX = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"
 _DICT = pa.dictionary(pa.int32(), pa.string())
 _DICT_BIN = pa.dictionary(pa.int32(), pa.binary())
+_REPLACE = "aaco-utf8-replace"
+"""Codec of the last-resort pass: UTF-8 with invalid bytes decoded as U+FFFD."""
+
+
+class _ReplaceDecoder(codecs.BufferedIncrementalDecoder):
+    def __init__(self, errors: str = "strict") -> None:
+        super().__init__("replace")
+
+    def _buffer_decode(self, data: Buffer, errors: str, final: bool) -> tuple[str, int]:
+        return codecs.utf_8_decode(data, "replace", final)
+
+
+def _search_codec(name: str) -> codecs.CodecInfo | None:
+    if name.replace("_", "-") != _REPLACE:
+        return None
+    utf8 = codecs.lookup("utf-8")
+    return codecs.CodecInfo(utf8.encode, lambda b, errors="strict": codecs.utf_8_decode(
+        b, "replace", True), incrementaldecoder=_ReplaceDecoder, name=_REPLACE)
+
+
+codecs.register(_search_codec)
 
 
 @dataclass(frozen=True)
@@ -132,6 +160,7 @@ class CsvStream:
         self._skipped_set: set[int] = set()
         self._ends_nl = True
         self._last_line = b""
+        self._raw_done = 0
 
     # -- line numbers -------------------------------------------------
     def line_of(self, row: int) -> int:
@@ -188,21 +217,24 @@ class CsvStream:
             self.rejects.add("missing_column", self.name, 1, str(e))
             return
         done = 0
-        safe = False
+        mode = 0  # 0: typed; 1: safe; 2: safe, bytes that are not UTF-8 replaced first
         while True:
             try:
-                for batch in self._read(header, present, safe=safe, skip_rows=done):
-                    done += batch.num_rows if not safe else 0
+                for batch in self._read(header, present, safe=mode > 0, skip_rows=done,
+                                        replace=mode == 2):
+                    done = self._raw_done
                     yield batch
                 return
             except pa.ArrowInvalid as e:
-                if safe:
+                if mode == 2:
                     self.rejects.add("not_numeric", self.name, None, f"unparseable block: {e}")
                     return
-                safe = True
+                # a parse error is a malformed line the handler could not take (not UTF-8)
+                mode = 2 if "CSV parse error" in str(e) else mode + 1
 
     def _read(
-        self, header: list[str], present: dict[str, Column], *, safe: bool, skip_rows: int
+        self, header: list[str], present: dict[str, Column], *, safe: bool, skip_rows: int,
+        replace: bool = False,
     ) -> Iterator[pa.RecordBatch]:
         types: dict[str, pa.DataType] = {}
         for csv_name, col in present.items():
@@ -219,7 +251,8 @@ class CsvStream:
         reader = pcsv.open_csv(
             self._open(),
             read_options=pcsv.ReadOptions(
-                column_names=names, skip_rows=1, block_size=self.block_size, use_threads=False
+                column_names=names, skip_rows=1, block_size=self.block_size, use_threads=False,
+                encoding=_REPLACE if replace else "utf8",
             ),
             parse_options=pcsv.ParseOptions(invalid_row_handler=self._on_invalid),
             convert_options=pcsv.ConvertOptions(
@@ -239,6 +272,7 @@ class CsvStream:
             if start < skip_rows:
                 raw = raw.slice(skip_rows - start)
                 start = skip_rows
+            self._raw_done = row0  # data rows read so far (a restart skips them)
             yield self._convert(raw, present, start, safe)
 
     def _convert(

@@ -108,3 +108,21 @@ def test_numeric_field_that_is_not_utf8_drops_only_its_row(tmp_path: Path) -> No
     assert rows == base - 1
     assert r.counts == {**base_r.counts, "not_numeric": 1}
     assert r.examples["not_numeric"][0].startswith(f"{d / 'kernel_trace.csv'}:4: not_numeric:")
+
+
+def test_malformed_line_that_is_not_utf8_drops_only_that_line(tmp_path: Path) -> None:
+    """A line with one field too many ending in b'\\xff\\xfe': pyarrow could not hand it to
+    the invalid-row handler (UnicodeDecodeError inside pyarrow), the reader failed and
+    the whole file was lost as 'not_numeric: unparseable block'. Now that line alone is
+    dropped as column_count with its line number; the other rows are kept."""
+    d = _run_dir(tmp_path)
+    base, base_r = _kernels(d)
+    lines = (d / "kernel_trace.csv").read_bytes().split(b"\n")
+    lines[2] += b",\xff\xfe"
+    (d / "kernel_trace.csv").write_bytes(b"\n".join(lines))
+    r = Rejects()
+    rows = sum(e.batch.num_rows for e in load_paths([d / "kernel_trace.csv"], r)
+               if e.signal == "kernel_span")
+    assert rows == base - 1
+    assert r.counts == {**base_r.counts, "column_count": 1}
+    assert r.examples["column_count"][0].startswith(f"{d / 'kernel_trace.csv'}:3: column_count")
