@@ -4,7 +4,7 @@ PY   := $(VENV)/bin/python
 SOAK_S ?= 3600
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup demo run system-deps test lint bench dashboards metrics-doc clean
+.PHONY: setup demo run system-deps test lint bench fuzz dashboards metrics-doc clean
 
 setup: $(VENV)/.installed
 
@@ -55,6 +55,12 @@ bench: setup
 ## docs/metrics.md's metric table, generated from exporter/catalogue.py (a test fails on drift).
 metrics-doc: setup
 	$(PY) -m exporter.catalogue --write docs/metrics.md
+
+## Fuzz every parser of external input: FUZZ_CASES per parser on one core; exit 1 on a crash
+## (inputs saved under benchmarks/results/fuzz). CI runs the same targets at 200 cases each.
+FUZZ_CASES ?= 100000
+fuzz: setup
+	taskset -c 0 $(PY) benchmarks/fuzz_parsers.py --cases $(FUZZ_CASES) --out benchmarks/results/fuzz
 
 dashboards: setup
 	$(PY) dashboards/generate.py --out dashboards/grafana

@@ -498,7 +498,10 @@ def decode(
     """Decode one bus message into ``(signal, version, host, batch)``.
 
     Raises :class:`SchemaError` with ``reason`` one of ``missing_header``,
-    ``unknown_schema``, ``bad_version``, ``bad_payload`` or ``schema_mismatch``.
+    ``unknown_schema``, ``bad_version``, ``bad_payload`` (not one Arrow IPC record
+    batch, or one whose buffers fail ``validate(full=True)``: offsets, UTF-8,
+    dictionary indexes), ``schema_mismatch`` or ``null_field`` (a null in a
+    non-nullable field). A returned batch is safe to index without further checks.
     """
     headers = headers or {}
     signal = headers.get(H_SCHEMA)
@@ -516,14 +519,32 @@ def decode(
     try:
         with pa.ipc.open_stream(pa.py_buffer(payload), options=_IPC_READ) as r:
             batches = list(r)
-    except (pa.ArrowInvalid, OSError) as e:
-        raise SchemaError("bad_payload", f"{signal}: payload is not Arrow IPC: {e}") from e
+        names = batches[0].schema.names if len(batches) == 1 else []
+    # every Arrow error (a corrupt length asks for a huge allocation: ArrowMemoryError;
+    # an unknown type id: ArrowNotImplementedError), and field names that are not UTF-8
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as e:
+        raise SchemaError("bad_payload", f"{signal}: payload is not Arrow IPC: "
+                                         f"{str(e)[:200]}") from e
     expected = SCHEMAS[signal]
     if len(batches) != 1:
         raise SchemaError("bad_payload", f"{signal}: expected 1 record batch, got {len(batches)}")
     batch = batches[0]
     if not batch.schema.equals(expected):
-        missing = [f.name for f in expected if f.name not in batch.schema.names]
+        missing = [f.name for f in expected if f.name not in names]
         detail = f"missing field {missing[0]!r}" if missing else "field types differ"
         raise SchemaError("schema_mismatch", f"{signal}: {detail}")
+    try:
+        batch.validate(full=True)
+    except pa.ArrowException as e:
+        raise SchemaError("bad_payload", f"{signal}: invalid record batch: "
+                                         f"{str(e)[:200]}") from e
+    for i in _REQUIRED[signal]:
+        if batch.column(i).null_count:
+            raise SchemaError("null_field", f"{signal}: required field "
+                                            f"{expected.field(i).name!r} has nulls")
     return signal, version, host, batch
+
+
+_REQUIRED: Mapping[str, tuple[int, ...]] = {
+    s: tuple(i for i, f in enumerate(sc) if not f.nullable) for s, sc in SCHEMAS.items()}
+"""Signal -> indexes of its non-nullable fields (checked by :func:`decode`)."""

@@ -200,7 +200,11 @@ def _file(path: Path, name: str, value: object, required: bool) -> Path | None:
         raise WebConfigError(path, name, f"must be a file path, got {value!r}")
     p = Path(value)
     p = p if p.is_absolute() else path.parent / p
-    if not p.is_file():
+    try:
+        found = p.is_file()
+    except (OSError, ValueError) as e:  # a name too long, a NUL byte in it
+        raise WebConfigError(path, name, f"not a usable file path: {str(e)[:200]}") from e
+    if not found:
         raise WebConfigError(path, name, f"file {p} does not exist")
     return p
 
@@ -213,7 +217,7 @@ def _tls(path: Path, raw: object) -> TLSServerConfig:
     key = _file(path, f"{name}.key_file", d.get("key_file"), True)
     ca = _file(path, f"{name}.client_ca_file", d.get("client_ca_file"), False)
     auth = d.get("client_auth_type") or "NoClientCert"
-    if auth not in CLIENT_AUTH_TYPES:
+    if not isinstance(auth, str) or auth not in CLIENT_AUTH_TYPES:
         raise WebConfigError(path, f"{name}.client_auth_type",
                              f"{auth!r} is not supported (one of {', '.join(CLIENT_AUTH_TYPES)})")
     if ca is not None and auth == "NoClientCert":
@@ -224,7 +228,7 @@ def _tls(path: Path, raw: object) -> TLSServerConfig:
     vers: dict[str, str | None] = {}
     for k, default in (("min_version", "TLS12"), ("max_version", None)):
         v = d.get(k, default)
-        if v is not None and v not in TLS_VERSIONS:
+        if v is not None and (not isinstance(v, str) or v not in TLS_VERSIONS):
             raise WebConfigError(path, f"{name}.{k}",
                                  f"{v!r} is not one of {', '.join(TLS_VERSIONS)}")
         vers[k] = v
@@ -280,13 +284,17 @@ def load_web_config(path: Path | None) -> WebConfig:
         return WebConfig()
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise WebConfigError(path, "", f"cannot read: {e.strerror or e}") from e
+    except UnicodeDecodeError as e:
+        raise WebConfigError(path, "", f"not UTF-8 text: byte {e.start}: {e.reason}") from e
     try:
         raw = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
     except yaml.YAMLError as e:
         raise WebConfigError(path, "", f"invalid YAML: {e}") from e
+    except RecursionError as e:
+        raise WebConfigError(path, "", "invalid YAML: nested too deeply") from e
     top = _mapping(path, "(top level)", raw)
     _check_keys(path, "", top, _TOP_KEYS)
     # A present but empty tls_server_config is an error (cert_file is required),

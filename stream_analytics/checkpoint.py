@@ -22,9 +22,13 @@ from __future__ import annotations
 import json
 import zlib
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stream_analytics.checkpoint_schema import SchemaError, check_state
+
+if TYPE_CHECKING:
+    from stream_analytics.engine import Analytics
+    from stream_analytics.verdicts import OnlineVerdicts
 
 FORMAT = "aaco-analytics-checkpoint"
 VERSION = 3
@@ -82,3 +86,29 @@ def decode(raw: bytes | None) -> dict[str, Any]:
     st.pop("format", None)
     st.pop("version", None)
     return st
+
+
+def restore(raw: bytes | None) -> tuple[dict[str, Any], Analytics, OnlineVerdicts]:
+    """:func:`decode`, then the engine and the verdicts loaded from it: what the
+    consumer resumes from.
+
+    Raises :class:`CheckpointError` as :func:`decode` does, and also (naming the
+    section) for values of the right shape that a loader refuses: a detector
+    parameter out of its range, ADWIN bucket summaries that break their invariants,
+    held kernels that are not base64 Arrow IPC."""
+    import pyarrow as pa
+
+    from stream_analytics.engine import Analytics
+    from stream_analytics.verdicts import OnlineVerdicts
+
+    st = decode(raw)
+    try:
+        engine = Analytics.from_dict(st["engine"])
+    except (ValueError, pa.ArrowException) as e:  # binascii.Error is a ValueError
+        raise CheckpointError(f"engine: refused by its loader: {str(e)[:200]}") from None
+    try:
+        verdicts = (OnlineVerdicts.from_dict(st["verdicts"]) if "verdicts" in st
+                    else OnlineVerdicts())
+    except ValueError as e:
+        raise CheckpointError(f"verdicts.drift: refused by its loader: {str(e)[:200]}") from None
+    return st, engine, verdicts

@@ -15,6 +15,7 @@ every other section is closed.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -37,11 +38,18 @@ def int_(v: Any, path: str, lo: int = -I64, hi: int = I64) -> int:
     return v
 
 
-def num(v: Any, path: str, *, inf: bool = False, lo: float = -math.inf) -> float:
-    """``v`` (int or float) as a number >= ``lo``; never NaN; +-inf only if ``inf``."""
+MAX_SECONDS = 1e9
+"""Largest duration in seconds a checkpoint may hold (the engine turns seconds into
+int64 nanoseconds, twice a window at most: 2e18 < 2**63)."""
+
+
+def num(v: Any, path: str, *, inf: bool = False, lo: float = -math.inf,
+        hi: float = math.inf) -> float:
+    """``v`` (int or float) as a number in [``lo``, ``hi``]; never NaN; +-inf only if
+    ``inf``."""
     if not isinstance(v, int | float) or isinstance(v, bool) or math.isnan(v):
         raise _fail(path, f"expected a number, got {v!r:.40}")
-    if (not inf and math.isinf(v)) or v < lo:
+    if (not inf and math.isinf(v)) or v < lo or v > hi:
         raise _fail(path, f"out of range: {v!r}")
     return float(v)
 
@@ -113,9 +121,9 @@ def check_engine(e: Any, path: str = "engine") -> None:
     """``Analytics.to_dict`` output."""
     e = dict_(e, path, ("window_s", "bucket_ns", "nodes", "sched", "drops", "keys"),
               closed=False)
-    opt(num, e["window_s"], f"{path}.window_s", lo=0.0)
+    opt(num, e["window_s"], f"{path}.window_s", lo=0.0, hi=MAX_SECONDS)
     int_(e["bucket_ns"], f"{path}.bucket_ns", 1)
-    opt(num, e.get("forget_s"), f"{path}.forget_s", lo=0.0)
+    opt(num, e.get("forget_s"), f"{path}.forget_s", lo=0.0, hi=MAX_SECONDS)
     if "sched_keys" in e:
         bool_(e["sched_keys"], f"{path}.sched_keys")
     counts(e["drops"], f"{path}.drops")
@@ -136,6 +144,39 @@ def check_engine(e: Any, path: str = "engine") -> None:
         str_(c[0], p), int_(c[1], p), str_(c[2], p)
     for i, k in enumerate(list_(e["keys"], f"{path}.keys")):
         _key_state(k, f"{path}.keys[{i}]")
+    if "attribution_grace_s" in e:
+        num(e["attribution_grace_s"], f"{path}.attribution_grace_s", lo=0.0, hi=MAX_SECONDS)
+    for name in ("max_held", "max_spans"):
+        if name in e:
+            int_(e[name], f"{path}.{name}", 0)
+    for i, a in enumerate(list_(e.get("attach", []), f"{path}.attach")):
+        p = f"{path}.attach[{i}]"
+        a = list_(a, p, 3)
+        str_(a[0], p), int_(a[1], p)
+        for j, w in enumerate(list_(a[2], p)):
+            for v in list_(w, f"{p}[{j}]", 2):
+                int_(v, f"{p}[{j}]")
+    for i, jn in enumerate(list_(e.get("joins", []), f"{path}.joins")):
+        p = f"{path}.joins[{i}]"
+        jn = list_(jn, p, 3)
+        str_(jn[0], p), int_(jn[1], p)
+        _join(jn[2], f"{p}[2]")
+
+
+def _join(d: Any, path: str) -> None:
+    """``PidJoin.to_dict``: equal-length int lists s/e/it/mc (mc indexes ``models``)."""
+    d = dict_(d, path, ("s", "e", "it", "mc", "models", "watermark"), ("held",))
+    models = [str_(m, f"{path}.models") for m in list_(d["models"], f"{path}.models")]
+    cols = [list_(d[k], f"{path}.{k}") for k in ("s", "e", "it", "mc")]
+    if len({len(c) for c in cols}) > 1:
+        raise _fail(path, "s, e, it and mc differ in length")
+    for k, c in zip(("s", "e", "it"), cols, strict=False):
+        for x in c:
+            int_(x, f"{path}.{k}")
+    for x in cols[3]:
+        int_(x, f"{path}.mc", 0, max(0, len(models) - 1))
+    int_(d["watermark"], f"{path}.watermark")
+    opt(str_, d.get("held"), f"{path}.held", max_len=1 << 30)
 
 
 def _key_state(k: Any, path: str) -> None:
@@ -156,20 +197,39 @@ def _key_state(k: Any, path: str) -> None:
 
 
 # -- drift -----------------------------------------------------------------
-def _params(v: Any, path: str) -> None:
+def _param_types(kind: str) -> dict[str, type]:
+    """Parameter name -> type of its default, from the detector class's ``__init__``."""
+    from stream_analytics.drift import DETECTOR_TYPES
+
+    sig = inspect.signature(DETECTOR_TYPES[kind].__init__)
+    return {p.name: type(p.default) for p in sig.parameters.values() if p.name != "self"}
+
+
+def _params(v: Any, path: str, kind: str) -> None:
+    """A detector's parameters: names of its class's ``__init__``, each of the type of
+    its default (ranges are the constructor's: ValueError, see ``checkpoint.restore``)."""
+    types = _param_types(kind)
     for k, x in dict_(v, path, closed=False).items():
         str_(k, path, 64)
-        if not isinstance(x, str | bool):
-            num(x, f"{path}.{k}")
-        elif isinstance(x, str):
+        want = types.get(k)
+        if want is None:
+            raise _fail(f"{path}.{k:.40}", f"not a parameter of {kind} "
+                                           f"({', '.join(sorted(types))})")
+        if want is str:
             str_(x, f"{path}.{k}", 64)
+        elif want is bool:
+            bool_(x, f"{path}.{k}")
+        elif want is int:
+            int_(x, f"{path}.{k}")
+        else:
+            num(x, f"{path}.{k}")
 
 
 def _detector(d: Any, path: str, kinds: frozenset[str]) -> None:
     d = dict_(d, path, ("kind", "params", "state"))
-    if d["kind"] not in kinds:
+    if not isinstance(d["kind"], str) or d["kind"] not in kinds:
         raise _fail(f"{path}.kind", f"unknown detector kind {d['kind']!r:.40}")
-    _params(d["params"], f"{path}.params")
+    _params(d["params"], f"{path}.params", d["kind"])
     s = dict_(d["state"], f"{path}.state", ("std", "drift", "n_detections"), closed=False)
     std = dict_(s["std"], f"{path}.state.std", ("buf", "center", "scale"))
     for j, x in enumerate(list_(std["buf"], f"{path}.state.std.buf")):
@@ -254,9 +314,9 @@ def check_drift(d: Any, path: str = "verdicts.drift") -> int:
     for name, spec in dict_(d["detectors"], f"{path}.detectors", closed=False).items():
         p = f"{path}.detectors.{str_(name, path, 64)}"
         spec = dict_(spec, p, ("kind",), ("params",))
-        if spec["kind"] not in kinds:
+        if not isinstance(spec["kind"], str) or spec["kind"] not in kinds:
             raise _fail(f"{p}.kind", f"unknown detector kind {spec['kind']!r:.40}")
-        _params(spec.get("params", {}), f"{p}.params")
+        _params(spec.get("params", {}), f"{p}.params", spec["kind"])
     int_(d["max_keys_per_stream"], f"{path}.max_keys_per_stream", 1)
     int_(d["dropped"], f"{path}.dropped", 0)
     for i, s in enumerate(list_(d["slots"], f"{path}.slots")):
@@ -264,7 +324,7 @@ def check_drift(d: Any, path: str = "verdicts.drift") -> int:
         s = dict_(s, p, ("stream", "key", "n", "drift_count", "last_change_ns", "detectors"),
                   ("host",))
         str_(s.get("host", ""), f"{p}.host"), str_(s["key"], f"{p}.key")
-        if s["stream"] not in STREAMS:
+        if not isinstance(s["stream"], str) or s["stream"] not in STREAMS:
             raise _fail(f"{p}.stream", f"unknown stream {s['stream']!r:.40}")
         int_(s["n"], f"{p}.n", 0)
         counts(s["drift_count"], f"{p}.drift_count")

@@ -192,10 +192,7 @@ class AnalyticsConsumer:
         the fresh state: a corrupt, foreign or too-new checkpoint is counted
         in ``drops["bad_checkpoint"]`` and logged once; start-up goes on."""
         try:
-            state = checkpoint.decode(raw)
-            engine = Analytics.from_dict(state["engine"])
-            verdicts = (OnlineVerdicts.from_dict(state["verdicts"]) if "verdicts" in state
-                        else OnlineVerdicts())
+            state, engine, verdicts = checkpoint.restore(raw)
         except BaseException as e:  # checked above; a loader bug must not stop start-up
             if not isinstance(e, Exception) and type(e).__name__ != "PanicException":
                 raise  # KeyboardInterrupt, cancellation; a Rust panic (pyo3) is caught

@@ -65,6 +65,8 @@ def load_gpu_list(text: str, where: str = "amd-smi") -> list[dict[str, Any]]:
         doc = json.loads(_strip_banner(text))
     except json.JSONDecodeError as e:
         raise R.ParseError("bad_json", f"{where}: line {e.lineno} column {e.colno}: {e.msg}") from e
+    except RecursionError as e:  # '[[[[...' deeper than the interpreter's stack
+        raise R.ParseError("bad_json", f"{where}: JSON nested too deeply") from e
     if isinstance(doc, dict) and "gpu_data" in doc:
         doc = doc["gpu_data"]
     if not isinstance(doc, list):
@@ -104,8 +106,7 @@ def _section(gpu: Mapping[str, Any], key: str) -> Mapping[str, Any]:
 
 def device_of(gpu: Mapping[str, Any], fallback: R.Device | None = None) -> R.Device:
     """Resource attributes of one amd-smi GPU object (``static`` fields)."""
-    index = gpu.get("gpu")
-    dev = R.Device(index if isinstance(index, int) else None, None, {"vendor": "amd"})
+    dev = R.Device(R.gpu_index(gpu.get("gpu")), None, {"vendor": "amd"})
     if fallback is not None:
         dev.uuid = fallback.uuid
         dev.attrs.update(fallback.attrs)
@@ -315,9 +316,10 @@ def parse_metric(
     """
     res = R.ParseResult()
     for gpu in load_gpu_list(text, where):
-        idx = gpu.get("gpu")
-        if not isinstance(idx, int):
-            res.drop("bad_shape", f"{where}: a GPU object has no integer 'gpu' key")
+        idx = R.gpu_index(gpu.get("gpu"))
+        if idx is None:
+            res.drop("bad_shape", f"{where}: a GPU object has no integer 'gpu' key "
+                                  f"in [0, {R.MAX_GPU_INDEX}]")
             continue
         dev = device_of(gpu, (devices or {}).get(idx))
         res.extend(parse_gpu(gpu, dev, where))

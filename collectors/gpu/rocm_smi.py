@@ -125,7 +125,7 @@ def _kw(attrs: Mapping[str, str]) -> dict[str, str]:
     return {k.replace(".", "__"): v for k, v in attrs.items()}
 
 
-_CARD = re.compile(r"^card(\d+)$")
+_CARD = re.compile(r"^card([0-9]{1,10})$")
 
 
 def parse_rocm_smi(text: str, where: str = "rocm-smi") -> R.ParseResult:
@@ -142,12 +142,17 @@ def parse_rocm_smi(text: str, where: str = "rocm-smi") -> R.ParseResult:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
         raise R.ParseError("bad_json", f"{where}: line {e.lineno} column {e.colno}: {e.msg}") from e
+    except RecursionError as e:  # '[[[[...' deeper than the interpreter's stack
+        raise R.ParseError("bad_json", f"{where}: JSON nested too deeply") from e
     if not isinstance(doc, dict):
         raise R.ParseError("bad_shape", f"{where}: top level is {type(doc).__name__}, not object")
     res = R.ParseResult()
     for key, card in doc.items():
         m = _CARD.match(key)
         if m is None:
+            continue
+        if R.gpu_index(int(m.group(1))) is None:
+            res.drop("bad_shape", f"{where}: {key[:40]}: card number out of range")
             continue
         if not isinstance(card, dict):
             res.drop("bad_shape", f"{where}: {key} is {type(card).__name__}, not object")

@@ -136,6 +136,27 @@ def parse_number(value: object) -> float | None:
     raise ValueError(f"not a number: {value!r}")
 
 
+MAX_GPU_INDEX = (1 << 31) - 1
+
+
+def gpu_index(value: object) -> int | None:
+    """``value`` when it is a usable GPU index (an int in [0, 2**31), not a bool),
+    else ``None``."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_GPU_INDEX:
+        return value
+    return None
+
+
+def utf8(s: str) -> str:
+    """``s`` with lone surrogates (from ``\\udXXX`` JSON escapes) replaced by ``?``,
+    so Arrow can encode it."""
+    try:
+        s.encode()
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "replace").decode()
+    return s
+
+
 @dataclass(frozen=True)
 class Row:
     """One GAUGE_SAMPLE row before conversion to Arrow (value in base units)."""
@@ -210,7 +231,8 @@ class Device:
 
 
 def to_table(rows: list[Row], *, ts_ns: int, source: str) -> pa.RecordBatch:
-    """Rows as one ``gauge_sample`` record batch (schema-conformant)."""
+    """Rows as one ``gauge_sample`` record batch (schema-conformant; text from the
+    tools that Arrow cannot encode as UTF-8 is repaired with :func:`utf8`)."""
     cols: dict[str, list[object]] = {
         "ts_ns": [ts_ns] * len(rows),
         "metric": [r.metric for r in rows],
@@ -219,8 +241,8 @@ def to_table(rows: list[Row], *, ts_ns: int, source: str) -> pa.RecordBatch:
         "unit": [r.unit for r in rows],
         "source": [source] * len(rows),
         "gpu_index": [r.gpu_index for r in rows],
-        "gpu_uuid": [r.gpu_uuid for r in rows],
-        "attributes": [list(r.attributes) for r in rows],
+        "gpu_uuid": [None if r.gpu_uuid is None else utf8(r.gpu_uuid) for r in rows],
+        "attributes": [[(utf8(k), utf8(v)) for k, v in r.attributes] for r in rows],
     }
     arrays = {
         "ts_ns": pa.array(cols["ts_ns"], pa.int64()),

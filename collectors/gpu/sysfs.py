@@ -62,8 +62,10 @@ _HWMON_FILES: tuple[tuple[str, str, float, str, str, dict[str, str]], ...] = (
 
 
 def _read(path: Path) -> str | None:
+    """The stripped text of a sysfs file, ``None`` when it cannot be read. Bytes that
+    are not UTF-8 become U+FFFD (a number then fails to parse: ``bad_value``)."""
     try:
-        return path.read_text().strip()
+        return path.read_text(errors="replace").strip()
     except OSError:
         return None
 

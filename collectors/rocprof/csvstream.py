@@ -8,8 +8,13 @@ not by file size.
 
 Fast path: numeric columns are converted by the CSV reader itself. If a
 block holds a non-numeric value the reader is restarted in *safe mode*
-(numeric columns read as strings, validated with a regex, bad rows dropped
-as ``not_numeric``), skipping the rows already yielded. Lines with the wrong
+(numeric columns read as bytes, validated with a regex, bad rows dropped
+as ``not_numeric``), skipping the rows already yielded; if that fails too (a
+malformed line holding bytes that are not UTF-8: pyarrow cannot hand such a line to
+the invalid-row handler), once more with those bytes replaced by U+FFFD before
+parsing (a transcoding codec, so only such files pay for it). Text columns are read as
+bytes and decoded per dictionary value: bytes that are not UTF-8 become U+FFFD and
+the row is kept, counted as the note ``not_utf8``. Lines with the wrong
 field count are dropped as ``column_count`` (``truncated`` for a last line
 without a trailing newline). A required column absent from the header drops
 the whole file as ``missing_column``.
@@ -21,11 +26,15 @@ file still parses, but reported line numbers are then approximate.
 from __future__ import annotations
 
 import bisect
+import codecs
 import csv
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 import numpy as np
 import pyarrow as pa
@@ -43,6 +52,28 @@ DEFAULT_BLOCK = 1 << 22
 _INT_RX = r"^\s*[-+]?\d+\s*$"
 _FLOAT_RX = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"
 _DICT = pa.dictionary(pa.int32(), pa.string())
+_DICT_BIN = pa.dictionary(pa.int32(), pa.binary())
+_REPLACE = "aaco-utf8-replace"
+"""Codec of the last-resort pass: UTF-8 with invalid bytes decoded as U+FFFD."""
+
+
+class _ReplaceDecoder(codecs.BufferedIncrementalDecoder):
+    def __init__(self, errors: str = "strict") -> None:
+        super().__init__("replace")
+
+    def _buffer_decode(self, data: Buffer, errors: str, final: bool) -> tuple[str, int]:
+        return codecs.utf_8_decode(data, "replace", final)
+
+
+def _search_codec(name: str) -> codecs.CodecInfo | None:
+    if name.replace("_", "-") != _REPLACE:
+        return None
+    utf8 = codecs.lookup("utf-8")
+    return codecs.CodecInfo(utf8.encode, lambda b, errors="strict": codecs.utf_8_decode(
+        b, "replace", True), incrementaldecoder=_ReplaceDecoder, name=_REPLACE)
+
+
+codecs.register(_search_codec)
 
 
 @dataclass(frozen=True)
@@ -60,9 +91,13 @@ class MissingColumn(Exception):
 
 
 def read_header(data: bytes) -> list[str]:
-    """Field names of the first line of ``data`` (csv quoting rules)."""
+    """Field names of the first line of ``data`` (csv quoting rules; ``[]`` when
+    the line is not CSV, e.g. holds a bare carriage return)."""
     first = data.split(b"\n", 1)[0].rstrip(b"\r").decode("utf-8", "replace")
-    return next(csv.reader([first]), [])
+    try:
+        return next(csv.reader([first]), [])
+    except csv.Error:  # a bare CR inside the line: not a header of any rocprof format
+        return []
 
 
 def resolve(header: Sequence[str], columns: Sequence[Column]) -> dict[str, Column]:
@@ -82,13 +117,15 @@ def resolve(header: Sequence[str], columns: Sequence[Column]) -> dict[str, Colum
 
 
 def _agent_to_int(arr: pa.Array) -> pa.Array:
-    """``"Agent 4"``/``"4"`` (dictionary or string) -> int64; others -> null."""
+    """``"Agent 4"``/``"4"`` (dictionary or string) -> int64; others (no digits, or a
+    number outside int64) -> null."""
     if not pa.types.is_dictionary(arr.type):
         arr = arr.dictionary_encode()
     vals = []
     for v in arr.dictionary.to_pylist():
-        digits = "".join(ch for ch in (v or "").rsplit(" ", 1)[-1] if ch.isdigit())
-        vals.append(int(digits) if digits else None)
+        digits = "".join(ch for ch in (v or "").rsplit(" ", 1)[-1] if "0" <= ch <= "9")
+        n = int(digits) if digits else None
+        vals.append(n if n is not None and n < 1 << 63 else None)
     mapped = pa.array(vals, pa.int64())
     return mapped.take(arr.indices)
 
@@ -123,6 +160,7 @@ class CsvStream:
         self._skipped_set: set[int] = set()
         self._ends_nl = True
         self._last_line = b""
+        self._raw_done = 0
 
     # -- line numbers -------------------------------------------------
     def line_of(self, row: int) -> int:
@@ -179,28 +217,31 @@ class CsvStream:
             self.rejects.add("missing_column", self.name, 1, str(e))
             return
         done = 0
-        safe = False
+        mode = 0  # 0: typed; 1: safe; 2: safe, bytes that are not UTF-8 replaced first
         while True:
             try:
-                for batch in self._read(header, present, safe=safe, skip_rows=done):
-                    done += batch.num_rows if not safe else 0
+                for batch in self._read(header, present, safe=mode > 0, skip_rows=done,
+                                        replace=mode == 2):
+                    done = self._raw_done
                     yield batch
                 return
             except pa.ArrowInvalid as e:
-                if safe:
+                if mode == 2:
                     self.rejects.add("not_numeric", self.name, None, f"unparseable block: {e}")
                     return
-                safe = True
+                # a parse error is a malformed line the handler could not take (not UTF-8)
+                mode = 2 if "CSV parse error" in str(e) else mode + 1
 
     def _read(
-        self, header: list[str], present: dict[str, Column], *, safe: bool, skip_rows: int
+        self, header: list[str], present: dict[str, Column], *, safe: bool, skip_rows: int,
+        replace: bool = False,
     ) -> Iterator[pa.RecordBatch]:
         types: dict[str, pa.DataType] = {}
         for csv_name, col in present.items():
-            if col.kind in ("agent", "name"):
-                types[csv_name] = _DICT
+            if col.kind in ("agent", "name"):  # text is read as bytes, checked in _convert
+                types[csv_name] = _DICT_BIN
             elif col.kind == "str" or safe:
-                types[csv_name] = pa.string()
+                types[csv_name] = pa.binary()
             elif col.kind == "int":
                 types[csv_name] = pa.int64()
             else:
@@ -210,7 +251,8 @@ class CsvStream:
         reader = pcsv.open_csv(
             self._open(),
             read_options=pcsv.ReadOptions(
-                column_names=names, skip_rows=1, block_size=self.block_size, use_threads=False
+                column_names=names, skip_rows=1, block_size=self.block_size, use_threads=False,
+                encoding=_REPLACE if replace else "utf8",
             ),
             parse_options=pcsv.ParseOptions(invalid_row_handler=self._on_invalid),
             convert_options=pcsv.ConvertOptions(
@@ -230,6 +272,7 @@ class CsvStream:
             if start < skip_rows:
                 raw = raw.slice(skip_rows - start)
                 start = skip_rows
+            self._raw_done = row0  # data rows read so far (a restart skips them)
             yield self._convert(raw, present, start, safe)
 
     def _convert(
@@ -241,6 +284,8 @@ class CsvStream:
         out: dict[str, pa.Array] = {}
         for csv_name, col in present.items():
             arr = raw.column(csv_name)
+            if col.kind in ("agent", "name", "str"):
+                arr = self._utf8(arr, rows, col)
             if col.kind == "agent":
                 arr = _agent_to_int(arr)
             elif col.kind in ("int", "float_int", "float") and safe:
@@ -250,8 +295,8 @@ class CsvStream:
                     bad = pc.invert(ok)
                     self._report(bad, rows, "not_numeric", col, arr)
                     keep = bad if keep is None else pc.or_(keep, bad)
-                    arr = pc.if_else(ok, arr, pa.scalar(None, pa.string()))
-                arr = pc.utf8_trim_whitespace(arr)
+                    arr = pc.if_else(ok, arr, pa.scalar(None, pa.binary()))
+                arr = pc.utf8_trim_whitespace(arr.cast(pa.string()))  # ASCII digits left
                 arr = pc.cast(arr, pa.int64() if col.kind == "int" else pa.float64())
             if col.kind == "float_int":
                 arr = pc.cast(pc.round(arr), pa.int64())
@@ -262,16 +307,39 @@ class CsvStream:
             batch = batch.filter(pc.invert(keep))
         return batch
 
+    def _utf8(self, arr: pa.Array, rows: pa.Array, col: Column) -> pa.Array:
+        """Text column read as bytes -> string; bytes that are not UTF-8 become U+FFFD
+        and each such row is counted as the note ``not_utf8`` (the row is kept)."""
+        d = arr.dictionary if pa.types.is_dictionary(arr.type) else arr
+        try:
+            text = d.cast(pa.string())
+        except pa.ArrowInvalid:
+            vals = d.to_pylist()
+            text = pa.array([None if v is None else v.decode("utf-8", "replace")
+                             for v in vals], pa.string())
+            bad = pa.array([v is not None and "\ufffd" in t and t.encode() != v
+                            for v, t in zip(vals, text.to_pylist(), strict=True)])
+            shown = text
+            if pa.types.is_dictionary(arr.type):  # per row, as rows are reported
+                bad = pc.fill_null(pc.take(bad, arr.indices), False)
+                shown = pc.take(text, arr.indices)
+            self._report(bad, rows, "not_utf8", col, shown)
+        if pa.types.is_dictionary(arr.type):
+            return pa.DictionaryArray.from_arrays(arr.indices, text)
+        return text
+
     def _report(
         self, bad: pa.Array, rows: pa.Array, reason: str, col: Column, arr: pa.Array
     ) -> None:
         idx = pc.indices_nonzero(bad).to_pylist()
         for i in idx[:MAX_EXAMPLES]:
+            v = arr[i].as_py()
+            v = v.decode("utf-8", "backslashreplace") if isinstance(v, bytes) else v
             self.rejects.add(
                 reason,
                 self.name,
                 self.line_of(rows[i].as_py()),
-                f"column {col.csv[0]!r} value {arr[i].as_py()!r}",
+                f"column {col.csv[0]!r} value {v!r}",
             )
         self.rejects.count(reason, len(idx) - min(len(idx), MAX_EXAMPLES))
 

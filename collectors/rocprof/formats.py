@@ -138,12 +138,13 @@ def _detect_sqlite(path: Path) -> str:
     try:
         con = sqlite3.connect("file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro",
                               uri=True)
+        con.text_factory = lambda b: b.decode("utf-8", "replace")  # a corrupt name: no raise
         try:
             n = con.execute("SELECT count(*) FROM sqlite_master WHERE type IN "
                             "('table', 'view') AND name LIKE 'rocpd%'").fetchone()[0]
         finally:
             con.close()
-    except sqlite3.Error as e:
+    except (sqlite3.Error, UnicodeDecodeError) as e:  # corrupt: SQLite's message not UTF-8
         raise UnknownFormat(str(path), f"unreadable SQLite database: {e}") from e
     if not n:
         raise UnknownFormat(str(path), "SQLite database without rocpd tables")

@@ -61,21 +61,61 @@ def _load(path: Path, rejects: Rejects) -> Any:
         return None
 
 
+I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _i64(v: int | None) -> int | None:
+    """``v`` when it fits an int64 column, else ``None`` (a missing value)."""
+    return v if v is not None and I64_MIN <= v <= I64_MAX else None
+
+
+def _add(*xs: int | None) -> int | None:
+    """Sum of ``xs`` as int64 (``None`` when one is missing or the sum overflows)."""
+    if any(x is None for x in xs):
+        return None
+    return _i64(sum(x for x in xs if x is not None))
+
+
 def _int(v: Any) -> int | None:
+    """An int64 from JSON (int, Decimal, numeric text); ``None`` for anything else,
+    including NaN, infinities and values outside int64."""
     try:
-        return int(v) if v is not None and not isinstance(v, bool) else None
-    except (TypeError, ValueError, InvalidOperation):
+        return _i64(int(v)) if v is not None and not isinstance(v, bool) else None
+    except (TypeError, ValueError, InvalidOperation, OverflowError):
         return None
 
 
 def _us_to_ns(v: Any) -> int | None:
-    """Microseconds (int, Decimal or numeric text) -> exact integer ns."""
-    if v is None or isinstance(v, bool):
+    """Microseconds (int, Decimal or numeric text) -> exact integer ns (``None`` when
+    not a finite number in int64 range)."""
+    if v is None or isinstance(v, bool | dict | list):
         return None
     try:
-        return int((Decimal(str(v)) * 1000).to_integral_value())
-    except (InvalidOperation, ValueError):
+        return _i64(int((Decimal(str(v)) * 1000).to_integral_value()))
+    except (InvalidOperation, ValueError, OverflowError):
         return None
+
+
+def _key(v: Any) -> Any:
+    """``v`` when it can be a lookup key (a JSON scalar), else ``None``."""
+    return v if isinstance(v, int | str | float | Decimal) else None
+
+
+def _list(v: Any) -> list[Any]:
+    """``v`` when it is a JSON array, else ``[]``."""
+    return v if isinstance(v, list) else []
+
+
+def _str(v: Any) -> str | None:
+    """``v`` when it is a JSON string (lone surrogates from ``\\udXXX`` escapes
+    replaced by ``?``, so Arrow can encode it as UTF-8), else ``None``."""
+    if not isinstance(v, str):
+        return None
+    try:
+        v.encode()
+    except UnicodeEncodeError:
+        return v.encode("utf-8", "replace").decode()
+    return v
 
 
 def _get(d: Any, *keys: str) -> Any:
@@ -122,27 +162,27 @@ def iter_rocprofv3_json(path: Path, rejects: Rejects) -> Iterator[pa.RecordBatch
         if not isinstance(proc, dict):
             rejects.add("bad_json", str(path), None, "process element is not an object")
             continue
-        agents = {_get(a, "id", "handle"): i for i, a in enumerate(proc.get("agents") or [])}
+        agents = {_key(_get(a, "id", "handle")): i for i, a in enumerate(_list(proc.get("agents")))}
         names: dict[Any, str] = {}
-        for s in proc.get("kernel_symbols") or []:
+        for s in _list(proc.get("kernel_symbols")):
             if isinstance(s, dict):
-                names[s.get("kernel_id")] = str(
+                names[_key(s.get("kernel_id"))] = _str(str(
                     s.get("formatted_kernel_name") or s.get("demangled_kernel_name")
                     or s.get("kernel_name") or ""
-                )
-        kinds = _get(proc, "strings", "buffer_records") or []
+                )) or ""
+        kinds = _list(_get(proc, "strings", "buffer_records"))
         launch_rows: dict[str, list[int]] = {"correlation_id": [], "api_start_ns": [],
                                              "api_end_ns": []}
-        for rec in _get(proc, "buffer_records", "hip_api") or []:
+        for rec in _list(_get(proc, "buffer_records", "hip_api")):
             kind, op = _int(_get(rec, "kind")), _int(_get(rec, "operation"))
             fn = None
             if kind is not None and 0 <= kind < len(kinds):
-                ops = _get(kinds[kind], "operations") or []
+                ops = _list(_get(kinds[kind], "operations"))
                 if op is not None and 0 <= op < len(ops):
                     fn = ops[op]
             corr = _int(_get(rec, "correlation_id", "internal"))
             st, en = _int(_get(rec, "start_timestamp")), _int(_get(rec, "end_timestamp"))
-            if fn in LAUNCH_FUNCTIONS and None not in (corr, st, en):
+            if isinstance(fn, str) and fn in LAUNCH_FUNCTIONS and None not in (corr, st, en):
                 launch_rows["correlation_id"].append(corr)  # type: ignore[arg-type]
                 launch_rows["api_start_ns"].append(st)  # type: ignore[arg-type]
                 launch_rows["api_end_ns"].append(en)  # type: ignore[arg-type]
@@ -150,15 +190,15 @@ def iter_rocprofv3_json(path: Path, rejects: Rejects) -> Iterator[pa.RecordBatch
                                          for k, v in launch_rows.items()}))
         pid = _int(_get(proc, "metadata", "pid"))
         cols: dict[str, list[Any]] = {k: [] for k in _V3_FIELDS}
-        for rec in _get(proc, "buffer_records", "kernel_dispatch") or []:
+        for rec in _list(_get(proc, "buffer_records", "kernel_dispatch")):
             info = _get(rec, "dispatch_info") or {}
             vals = {
                 "start_ns": _int(_get(rec, "start_timestamp")),
                 "end_ns": _int(_get(rec, "end_timestamp")),
-                "kernel_name": names.get(_get(info, "kernel_id")),
+                "kernel_name": names.get(_key(_get(info, "kernel_id"))),
                 "pid": pid,
                 "tid": _int(_get(rec, "thread_id")),
-                "agent_id": agents.get(_get(info, "agent_id", "handle")),
+                "agent_id": agents.get(_key(_get(info, "agent_id", "handle"))),
                 "queue_id": _int(_get(info, "queue_id", "handle")),
                 "dispatch_id": _int(_get(info, "dispatch_id")),
                 "correlation_id": _int(_get(rec, "correlation_id", "internal")),
@@ -204,13 +244,15 @@ def load_json(path: Path) -> Any:
     floats as :class:`~decimal.Decimal`.
 
     Raises ``ValueError`` naming the file when it cannot be read or parsed
-    (a truncated file fails here)."""
+    (a truncated file, or one nested deeper than Python's recursion limit, fails here)."""
     try:
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rt", encoding="utf-8") as f:
             return json.load(f, parse_float=Decimal)
     except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"{path}: not a complete JSON document: {str(e)[:200]}") from e
+    except RecursionError as e:  # '[[[[...' deeper than the interpreter's stack
+        raise ValueError(f"{path}: JSON nested too deeply to parse") from e
 
 
 def kineto_emits(doc: Any, path: Path, rejects: Rejects, model: str | None = None,
@@ -250,10 +292,10 @@ def kineto_emits(doc: Any, path: Path, rejects: Rejects, model: str | None = Non
     for e in events:
         if not isinstance(e, dict) or e.get("ph") != "X":
             continue
-        cat = e.get("cat")
+        cat = _str(e.get("cat"))
         if cat == "kernel":
             kernels.append(e)
-        elif cat in LAUNCH_CATS and e.get("name") in LAUNCH_FUNCTIONS:
+        elif cat in LAUNCH_CATS and _str(e.get("name")) in LAUNCH_FUNCTIONS:
             corr = _int(_get(e, "args", "correlation"))
             ts, dur = _us_to_ns(e.get("ts")), _us_to_ns(e.get("dur"))
             if corr is None or ts is None or dur is None:
@@ -261,13 +303,21 @@ def kineto_emits(doc: Any, path: Path, rejects: Rejects, model: str | None = Non
             if corr in calls:
                 rejects.add("duplicate_id", str(path), None, f"launch correlation {corr} repeated")
                 continue
-            calls[corr] = (base + ts, base + ts + dur, _int(e.get("pid")), _int(e.get("tid")))
+            start, end = _add(base, ts), _add(base, ts, dur)
+            if start is None or end is None:
+                continue
+            calls[corr] = (start, end, _int(e.get("pid")), _int(e.get("tid")))
         elif cat in STEP_CATS or cat == GPU_STEP_CAT:
             m = STEP_RE.match(str(e.get("name")))
             ts, dur = _us_to_ns(e.get("ts")), _us_to_ns(e.get("dur"))
             if m is None or ts is None or dur is None or dur < 0:
                 continue
-            n, rng = int(m.group(1)), (base + ts, base + ts + dur)
+            n, start, end = _i64(int(m.group(1))), _add(base, ts), _add(base, ts, dur)
+            if n is None or start is None or end is None:
+                rejects.add("not_numeric", str(path), None,
+                            f"{m.group(0)[:40]} ts/dur/N outside int64 ns")
+                continue
+            rng = (start, end)
             if cat == GPU_STEP_CAT:
                 gpu_steps.append((*rng, n))
                 continue
@@ -284,9 +334,9 @@ def kineto_emits(doc: Any, path: Path, rejects: Rejects, model: str | None = Non
         ts, dur = _us_to_ns(e.get("ts")), _us_to_ns(e.get("dur"))
         corr = _int(_get(e, "args", "correlation"))
         call = calls.get(corr) if corr is not None else None
-        cols["start_ns"].append(None if ts is None else base + ts)
-        cols["end_ns"].append(None if ts is None or dur is None else base + ts + dur)
-        cols["kernel_name"].append(e.get("name"))
+        cols["start_ns"].append(_add(base, ts))
+        cols["end_ns"].append(_add(base, ts, dur))
+        cols["kernel_name"].append(_str(e.get("name")))
         cols["agent_id"].append(_int(_get(e, "args", "device")))
         cols["stream_id"].append(_int(_get(e, "args", "stream")))
         cols["correlation_id"].append(corr)

@@ -84,7 +84,9 @@ def read_api_trace(
     line_base: int = 0,
 ) -> pa.Table:
     """All rows of a rocprofv3 API trace CSV as a table with columns
-    ``domain, function, pid, tid, correlation_id, start_ns, end_ns`` (ns).
+    ``domain, function, pid, tid, correlation_id, start_ns, end_ns`` (ns),
+    always all of them (an optional column absent from the header is all null;
+    a file without rows gives an empty table of these columns).
 
     Rows with empty ids/timestamps (``missing_value``) or end < start
     (``end_before_start``) are dropped with file:line."""
@@ -96,8 +98,15 @@ def read_api_trace(
         t = _drop_bad_times(t, stream, rejects, ("correlation_id", "start_ns", "end_ns"))
         parts.append(t.drop_columns(["_row"]))
     if not parts:
-        return pa.table({c.out: pa.array([], pa.int64()) for c in API_COLUMNS})
-    return pa.concat_tables(parts, promote_options="permissive")
+        return pa.table({c.out: pa.array([], _API_TYPES[c.kind]) for c in API_COLUMNS})
+    t = pa.concat_tables(parts, promote_options="permissive")
+    for c in API_COLUMNS:  # optional columns the header lacks: all null
+        if c.out not in t.column_names:
+            t = t.append_column(c.out, pa.nulls(t.num_rows, _API_TYPES[c.kind]))
+    return t.select([c.out for c in API_COLUMNS])
+
+
+_API_TYPES = {"name": pa.string(), "int": pa.int64()}
 
 
 def _drop_bad_times(
@@ -130,12 +139,20 @@ def _report(
 
 def launch_calls(api: pa.Table, rejects: Rejects, name: str = "<api>") -> pa.Table:
     """Launch calls of ``api`` (a :func:`read_api_trace` table) in
-    :data:`LAUNCH_SCHEMA`; duplicate correlation ids after the first are
-    dropped as ``duplicate_id``."""
+    :data:`LAUNCH_SCHEMA`; calls without a correlation id or timestamps are
+    dropped as ``missing_value``, duplicate correlation ids after the first as
+    ``duplicate_id``."""
     fn = api["function"]
     if pa.types.is_dictionary(fn.type):
         fn = fn.cast(pa.string())
     t = api.filter(pc.is_in(fn, value_set=pa.array(sorted(LAUNCH_FUNCTIONS))))
+    ok = pc.and_(pc.and_(pc.is_valid(t["correlation_id"]), pc.is_valid(t["start_ns"])),
+                 pc.is_valid(t["end_ns"]))
+    nbad = t.num_rows - pc.sum(ok).as_py() if t.num_rows else 0
+    if nbad:
+        rejects.add("missing_value", name, None,
+                    "launch call without correlation id or timestamps", n=nbad)
+        t = t.filter(ok)
     t = pa.table(
         {
             "correlation_id": t["correlation_id"],

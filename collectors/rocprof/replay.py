@@ -134,7 +134,8 @@ def db_markers(db: Path, rejects: Rejects, *, pattern: re.Pattern[str] = ITERATI
     of :mod:`collectors.rocprof.rocpd`), as :func:`dir_markers` gives them for
     CSV runs; ``None`` when no region matches. Raises
     :class:`~collectors.rocprof.rocpd.RocpdError` for an unreadable database."""
-    ranges = iteration_ranges(rocpd.read_table(db, "markers"), rejects, pattern=pattern,
+    ranges = iteration_ranges(rocpd.read_table(db, "markers", rejects=rejects), rejects,
+                              pattern=pattern,
                               model=model, where=str(db))
     return (ranges, db) if ranges.num_rows else None
 
@@ -176,7 +177,7 @@ def hip_api_table(paths: Sequence[Path], rejects: Rejects | None = None,
             parts.append(t)
     for f in (f for f in files if f.suffix == ".db"):
         try:
-            t = rocpd.read_table(f, "api_calls")
+            t = rocpd.read_table(f, "api_calls", rejects=rejects)
         except rocpd.RocpdError:
             continue  # counted by load_paths
         t = t.filter(pc.starts_with(t["domain"], "HIP"))

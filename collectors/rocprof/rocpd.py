@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import sqlite3
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +73,8 @@ except ImportError:  # optional extra "rocpd"
     _adbc = None
 
 _DB_ERRORS: tuple[type[Exception], ...] = (
-    (sqlite3.Error,) if _adbc is None else (sqlite3.Error, _adbc.Error))
+    (sqlite3.Error, UnicodeDecodeError) if _adbc is None
+    else (sqlite3.Error, UnicodeDecodeError, _adbc.Error))
 
 SUPPORTED_SCHEMA_VERSIONS = frozenset({"3"})
 """``rocpd_metadata.schema_version`` values this reader knows."""
@@ -150,7 +151,7 @@ def schema_version(path: Path) -> str:
     Raises :class:`RocpdError` naming ``path``: not SQLite / corrupt, no rocpd
     views, or a schema version outside :data:`SUPPORTED_SCHEMA_VERSIONS`."""
     try:
-        con = sqlite3.connect(ro_uri(path), uri=True)
+        con = connect_ro(path)
         try:
             names = {r[0] for r in con.execute(
                 "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
@@ -162,7 +163,7 @@ def schema_version(path: Path) -> str:
                               "WHERE tag = 'schema_version'").fetchone()
         finally:
             con.close()
-    except sqlite3.Error as e:
+    except (sqlite3.Error, UnicodeDecodeError) as e:  # a corrupt page: message not UTF-8
         raise RocpdError(f"{path}: not a readable SQLite database ({e})") from e
     version = str(row[0]) if row else "<none>"
     if version not in SUPPORTED_SCHEMA_VERSIONS:
@@ -174,68 +175,130 @@ def schema_version(path: Path) -> str:
 
 def iter_query(path: Path, sql: str, *, batch_rows: int = BATCH_ROWS,
                engine: str | None = None,
-               types: dict[str, pa.DataType] | None = None) -> Iterator[pa.RecordBatch]:
+               types: dict[str, pa.DataType] | None = None,
+               rejects: Rejects | None = None) -> Iterator[pa.RecordBatch]:
     """Record batches (<= ``batch_rows`` rows) of ``sql`` on ``path`` opened
     read-only. Integer columns come out int64, the columns in ``types`` as given.
     ``engine``: ``"adbc"`` or ``"sqlite3"`` (default :data:`ENGINE`).
 
+    SQLite columns are not typed: a value that does not fit its column (text or
+    a fraction in an integer column, an integer outside int64, a blob in a text
+    column) becomes null and is counted ``not_numeric`` in ``rejects`` naming the
+    file and the column. Text that is not UTF-8 is read with U+FFFD replacements.
+
     Raises ``sqlite3.Error`` / ADBC errors on a broken database."""
     engine = engine or ENGINE
     types = types or {}
+    fix = _Coerce(str(path), rejects if rejects is not None else Rejects())
     if engine == "adbc":
         if _adbc is None:
             raise RuntimeError("engine 'adbc' needs the adbc-driver-sqlite package")
-        yield from _iter_adbc(path, sql, batch_rows, types)
+        yield from _iter_adbc(path, sql, batch_rows, types, fix)
     else:
-        yield from _iter_sqlite3(path, sql, batch_rows, types)
+        yield from _iter_sqlite3(path, sql, batch_rows, types, fix)
+
+
+def connect_ro(path: Path) -> sqlite3.Connection:
+    """``path`` opened read-only with the stdlib driver; TEXT that is not UTF-8 is
+    decoded with replacement characters instead of raising UnicodeDecodeError."""
+    con = sqlite3.connect(ro_uri(path), uri=True)
+    con.text_factory = lambda b: b.decode("utf-8", "replace")
+    return con
+
+
+class _Coerce:
+    """Column conversion with per-value fallback (see :func:`iter_query`)."""
+
+    def __init__(self, where: str, rejects: Rejects) -> None:
+        self.where, self.rejects = where, rejects
+
+    def __call__(self, col: pa.Array | Sequence[Any], want: pa.DataType,
+                 name: str) -> pa.Array:
+        try:
+            if isinstance(col, pa.Array):
+                return col if col.type.equals(want) else col.cast(want)
+            if not pa.types.is_integer(want) or all(type(v) is int or v is None for v in col):
+                return pa.array(col, want)  # (pa.array would truncate a float silently)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError,
+                OverflowError):
+            pass
+        vals = col.to_pylist() if isinstance(col, pa.Array) else list(col)
+        out = [_fit(v, want) for v in vals]
+        bad = sum(1 for v, o in zip(vals, out, strict=True) if v is not None and o is None)
+        if bad:
+            self.rejects.add("not_numeric", self.where, None,
+                             f"column {name!r}: {bad} value(s) not {want}", n=bad)
+        return pa.array(out, want)
+
+
+def _fit(v: Any, want: pa.DataType) -> Any:
+    """``v`` as a value of ``want`` (int64 or string), ``None`` when it is not one."""
+    if pa.types.is_string(want):
+        if isinstance(v, bytes):
+            return v.decode("utf-8", "replace")
+        return v if isinstance(v, str) else None
+    if isinstance(v, bytes):
+        v = v.decode("utf-8", "replace")
+    if isinstance(v, str):  # ADBC types a column by its first value: text, then all text
+        try:
+            v = int(v.strip())
+        except ValueError:
+            return None
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if isinstance(v, int) and not isinstance(v, bool) and -(1 << 63) <= v < 1 << 63:
+        return v
+    return None
 
 
 def _iter_adbc(path: Path, sql: str, batch_rows: int,
-               types: dict[str, pa.DataType]) -> Iterator[pa.RecordBatch]:
+               types: dict[str, pa.DataType], fix: _Coerce) -> Iterator[pa.RecordBatch]:
     assert _adbc is not None
     with _adbc.connect(ro_uri(path)) as con, con.cursor() as cur:
         cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(batch_rows)})
         cur.execute(sql)
         for b in cur.fetch_record_batch():
-            yield _typed(b, types)
+            yield _typed(b, types, fix)
 
 
 def _iter_sqlite3(path: Path, sql: str, batch_rows: int,
-                  types: dict[str, pa.DataType]) -> Iterator[pa.RecordBatch]:
-    con = sqlite3.connect(ro_uri(path), uri=True)
+                  types: dict[str, pa.DataType], fix: _Coerce) -> Iterator[pa.RecordBatch]:
+    con = connect_ro(path)
     try:
         cur = con.execute(sql)
         names = [d[0] for d in cur.description]
         while rows := cur.fetchmany(batch_rows):
             cols = list(zip(*rows, strict=True))
             yield pa.RecordBatch.from_arrays(
-                [pa.array(c, types.get(n, _I64)) for c, n in zip(cols, names, strict=True)],
+                [fix(c, types.get(n, _I64), n) for c, n in zip(cols, names, strict=True)],
                 names=names)
     finally:
         con.close()
 
 
-def _typed(b: pa.RecordBatch, types: dict[str, pa.DataType]) -> pa.RecordBatch:
-    """ADBC infers each column's type from its values (all-NULL -> null type):
-    cast to int64 / the given types."""
+def _typed(b: pa.RecordBatch, types: dict[str, pa.DataType], fix: _Coerce) -> pa.RecordBatch:
+    """ADBC infers each column's type from its values (all-NULL -> null type; mixed
+    values -> the first batch's type): cast to int64 / the given types."""
     arrays, changed = [], False
     for name, col in zip(b.schema.names, b.columns, strict=True):
         want = types.get(name, _I64)
         if not col.type.equals(want):
-            col = col.cast(want)
+            col = fix(col, want, name)
             changed = True
         arrays.append(col)
     return pa.RecordBatch.from_arrays(arrays, names=b.schema.names) if changed else b
 
 
-def read_table(path: Path, name: str, *, engine: str | None = None) -> pa.Table:
-    """The whole of table ``name`` (a key of :data:`TABLE_SQL`) from ``path``.
+def read_table(path: Path, name: str, *, engine: str | None = None,
+               rejects: Rejects | None = None) -> pa.Table:
+    """The whole of table ``name`` (a key of :data:`TABLE_SQL`) from ``path``
+    (values that do not fit their column: null, counted in ``rejects``).
 
     Raises :class:`RocpdError` for a file that is not a supported rocpd database."""
     schema_version(path)
     try:
         batches = list(iter_query(path, TABLE_SQL[name], engine=engine,
-                                  types=_TABLE_TYPES[name]))
+                                  types=_TABLE_TYPES[name], rejects=rejects))
     except _DB_ERRORS as e:
         raise RocpdError(f"{path}: reading {name}: {e}") from e
     if not batches:
@@ -254,10 +317,14 @@ def launch_indexes(path: Path, rejects: Rejects, *,
     """pid -> :class:`LaunchIndex` of the HIP launch calls in ``regions``
     (duplicate correlation ids in one process counted as ``duplicate_id``)."""
     parts = list(iter_query(path, _LAUNCH_SQL, engine=engine,
-                            types={"function": pa.string()}))
+                            types={"function": pa.string()}, rejects=rejects))
     if not parts:
         return {}
     t = pa.Table.from_batches(parts)
+    if t["pid"].null_count:
+        rejects.add("missing_value", str(path), None, "HIP launch region without a pid",
+                    n=t["pid"].null_count)
+        t = t.filter(pc.is_valid(t["pid"]))
     out: dict[int, LaunchIndex] = {}
     pids = t["pid"].to_numpy()
     for pid in np.unique(pids).tolist():
@@ -279,7 +346,7 @@ def iter_kernel_spans(path: Path, rejects: Rejects, *, batch_rows: int = BATCH_R
     try:
         launches = launch_indexes(path, rejects, engine=engine) if join else {}
         for b in iter_query(path, KERNEL_SQL, batch_rows=batch_rows, engine=engine,
-                            types=_KERNEL_TYPES):
+                            types=_KERNEL_TYPES, rejects=rejects):
             for t in _per_pid(pa.Table.from_batches([b])):
                 pid = t["pid"][0].as_py() if t.num_rows else None
                 t = finish_spans(t, "rocprofv3", rejects, file=name)
