@@ -297,7 +297,7 @@ def load_web_config(path: Path | None) -> WebConfig:
         raise WebConfigError(path, "", f"invalid YAML: {e}") from e
     except RecursionError as e:
         raise WebConfigError(path, "", "invalid YAML: nested too deeply") from e
-    except OverflowError as e:  # PyYAML's scanner: a "\\UXXXXXXXX" escape past U+10FFFF
+    except (OverflowError, ValueError) as e:  # PyYAML's scanner: "\\UXXXXXXXX" past U+10FFFF
         raise WebConfigError(path, "", f"invalid YAML: {e}") from e
     top = _mapping(path, "(top level)", raw)
     _check_keys(path, "", top, _TOP_KEYS)

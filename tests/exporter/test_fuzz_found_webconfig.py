@@ -51,12 +51,14 @@ def test_unhashable_enum_value_is_a_web_config_error(tmp_path: Path, extra: str)
 
 @pytest.mark.parametrize(("data", "problem"), [
     (b'basic_auth_users:\n  prometheus: "\\UFFFFFFFF"\n', "invalid YAML"),
+    (b'basic_auth_users:\n  prometheus: "\\U00110000"\n', "invalid YAML"),
     (b"basic_auth_users:\n  ? [a, b]\n  : x\n", "a key must be a scalar"),
     (b"http_server_config: {{a: 1}: 2}\n", "a key must be a scalar"),
 ])
 def test_yaml_escape_past_unicode_or_collection_key_is_invalid_yaml(
         tmp_path: Path, data: bytes, problem: str) -> None:
-    """A '\\UFFFFFFFF' escape (OverflowError in PyYAML's scanner) and a list/mapping as a
+    """A '\\UFFFFFFFF' / '\\U00110000' escape (OverflowError / ValueError from chr() in
+    PyYAML's scanner, the second found by the re-run) and a list/mapping as a
     mapping key (TypeError 'unhashable' in the duplicate-key check), found by the
     100k-case run: WebConfigError 'invalid YAML' naming the file."""
     p = tmp_path / "web.yml"
