@@ -163,6 +163,10 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[An
     seen: set[Any] = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=True)
+        if not isinstance(key, str | int | float | bool | None):  # '? [a]: b', '{[a]: b}'
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a key must be a scalar, not {type(key).__name__}",
+                key_node.start_mark)
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 None, None, f"duplicate key {key!r}", key_node.start_mark)
@@ -295,6 +299,8 @@ def load_web_config(path: Path | None) -> WebConfig:
         raise WebConfigError(path, "", f"invalid YAML: {e}") from e
     except RecursionError as e:
         raise WebConfigError(path, "", "invalid YAML: nested too deeply") from e
+    except (OverflowError, ValueError) as e:  # PyYAML's scanner: "\\UXXXXXXXX" past U+10FFFF
+        raise WebConfigError(path, "", f"invalid YAML: {e}") from e
     top = _mapping(path, "(top level)", raw)
     _check_keys(path, "", top, _TOP_KEYS)
     # A present but empty tls_server_config is an error (cert_file is required),

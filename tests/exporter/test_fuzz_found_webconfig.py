@@ -47,3 +47,23 @@ def test_unhashable_enum_value_is_a_web_config_error(tmp_path: Path, extra: str)
     with pytest.raises(WebConfigError) as e:
         load_web_config(p)
     assert e.value.field == f"tls_server_config.{key}"
+
+
+@pytest.mark.parametrize(("data", "problem"), [
+    (b'basic_auth_users:\n  prometheus: "\\UFFFFFFFF"\n', "invalid YAML"),
+    (b'basic_auth_users:\n  prometheus: "\\U00110000"\n', "invalid YAML"),
+    (b"basic_auth_users:\n  ? [a, b]\n  : x\n", "a key must be a scalar"),
+    (b"http_server_config: {{a: 1}: 2}\n", "a key must be a scalar"),
+])
+def test_yaml_escape_past_unicode_or_collection_key_is_invalid_yaml(
+        tmp_path: Path, data: bytes, problem: str) -> None:
+    """A '\\UFFFFFFFF' / '\\U00110000' escape (OverflowError / ValueError from chr() in
+    PyYAML's scanner, the second found by the re-run) and a list/mapping as a
+    mapping key (TypeError 'unhashable' in the duplicate-key check), found by the
+    100k-case run: WebConfigError 'invalid YAML' naming the file."""
+    p = tmp_path / "web.yml"
+    p.write_bytes(data)
+    with pytest.raises(WebConfigError, match=problem) as e:
+        load_web_config(p)
+    assert e.value.field == ""
+    assert str(e.value).startswith(f"{p}: invalid YAML")
