@@ -2,7 +2,8 @@
 
 Each :class:`Target` names a parser's public entry point (the one the daemon or CLI
 calls), the real recorded files that seed it (``collectors/*/testdata``,
-``tests/**/testdata``; ``/work/shared/fixtures`` copies of the same tools), a
+``tests/**/testdata``: copies kept in the repository with their PROVENANCE.md
+rows, so a fresh clone fuzzes the same inputs), a
 structure-aware mutation (JSON node edits, rocpd SQL edits, bus message re-encodes,
 zlib-aware checkpoint edits) and the contract :func:`run_case` checks:
 
