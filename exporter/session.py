@@ -185,13 +185,19 @@ class Session:
 
     def loss(self) -> str | None:
         """``None`` when nothing published was lost, else a line naming it:
-        messages the outbox dropped, by reason."""
+        messages the outbox dropped, by reason, and messages the bundle sink
+        never read because the stream's retention deleted them (``stream_gap``)."""
+        parts = []
         d = {k: v for k, v in self.bus.outbox.dropped.items() if v}
-        if not d:
-            return None
-        why = ", ".join(f"{v} {k}" for k, v in sorted(d.items()))
-        return (f"the bus outbox dropped {sum(d.values())} messages ({why}); raise "
-                "--outbox-max-bytes or restore the bus sooner")
+        if d:
+            why = ", ".join(f"{v} {k}" for k, v in sorted(d.items()))
+            parts.append(f"the bus outbox dropped {sum(d.values())} messages ({why}); raise "
+                         "--outbox-max-bytes or restore the bus sooner")
+        gap = self.sink.drops.get("stream_gap", 0)
+        if gap:
+            parts.append(f"the bundle missed {gap} bus messages the stream's retention "
+                         "deleted before they were read (stream_gap)")
+        return "; ".join(parts) or None
 
     def final_results(self) -> list[dict[str, Any]]:
         """The last analytics result of every key, most kernel spans first."""
