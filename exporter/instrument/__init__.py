@@ -107,9 +107,12 @@ def _at_exit() -> None:
     s = shutdown(EXIT_FLUSH_S)
     if s.dropped_total:
         reasons = ", ".join(f"{k}={v}" for k, v in sorted(s.dropped.items()))
+        llm = (f", {s.generates_published} generate calls published"
+               if s.generates_published or any(k.startswith("llm_") for k in s.dropped) else "")
         with contextlib.suppress(Exception):
             sys.stderr.write(f"aaco-exporter instrument: pid {os.getpid()}: "
-                             f"{s.published} iteration spans published, dropped: {reasons}\n")
+                             f"{s.published} iteration spans published{llm}, "
+                             f"dropped: {reasons}\n")
 
 
 def instrument_onnxruntime() -> bool:

@@ -175,7 +175,7 @@ def test_bad_llm_messages_are_counted_by_reason_and_the_daemon_keeps_folding(
     rb = pa.RecordBatch.from_pydict(bad, schema=schema.GENERATE_SPAN)
     raw = schema._message("generate_span", rb, HOST, "bad:0", None)
     models = [f"model-{i}" for i in range(9)]
-    capped = schema.encode("generate_span", _calls(models + ["model-8"], 4242, [[5]] * 10),
+    capped = schema.encode("generate_span", _calls([*models, "model-8"], 4242, [[5]] * 10),
                            host=HOST, msg_id="cap:0")
     later = schema.encode("generate_span", _calls(["model-0"], 4242, [[5, 7]]),
                           host=HOST, msg_id="later:0")
