@@ -155,6 +155,8 @@ K8S = 'namespace=~"$namespace", pod=~"$pod"'
 (All is ``.*``, which also matches series without them)."""
 HM = f'host=~"$host", model=~"$model", {K8S}'
 HG = f'host=~"$host", gpu_index=~"$gpu", {K8S}'
+HL = f'host=~"$host", {K8S}'
+"""LLM panels: generate_span's model names differ from the ONNX sessions' ($model)."""
 RI = "$__rate_interval"
 
 # --------------------------------------------------------------------------- fleet
@@ -725,6 +727,55 @@ MODEL = DashboardSpec(
                         ),
                     ),
                     unit="s",
+                ),
+            ),
+        ),
+        RowSpec(
+            "LLM generate loops",
+            (
+                PanelSpec(
+                    "timeseries",
+                    "Time to first token",
+                    "p50 and p99 of aaco_llm_time_to_first_token_seconds per generate_span "
+                    "model (docs/llm.md); the model label is the program's, not the ONNX file's.",
+                    tuple(
+                        _q(
+                            f"histogram_quantile({q}, sum by (le, model) "
+                            f"(rate(aaco_llm_time_to_first_token_seconds_bucket{{{HL}}}[{RI}])))",
+                            f"{{{{model}}}} p{int(q * 100)}",
+                        )
+                        for q in (0.5, 0.99)
+                    ),
+                    unit="s",
+                    span=8,
+                ),
+                PanelSpec(
+                    "timeseries",
+                    "Inter-token latency",
+                    "p50 and p99 of aaco_llm_inter_token_latency_seconds (per sequence).",
+                    tuple(
+                        _q(
+                            f"histogram_quantile({q}, sum by (le, model) "
+                            f"(rate(aaco_llm_inter_token_latency_seconds_bucket{{{HL}}}[{RI}])))",
+                            f"{{{{model}}}} p{int(q * 100)}",
+                        )
+                        for q in (0.5, 0.99)
+                    ),
+                    unit="s",
+                    span=8,
+                ),
+                PanelSpec(
+                    "timeseries",
+                    "Output tokens / s",
+                    "rate(aaco_llm_output_tokens_total): tokens generate calls emitted, every "
+                    "sequence of a batch.",
+                    (
+                        _q(
+                            f"sum by (model) (rate(aaco_llm_output_tokens_total{{{HL}}}[{RI}]))",
+                            "{{model}}",
+                        ),
+                    ),
+                    span=8,
                 ),
             ),
         ),

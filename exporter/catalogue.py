@@ -119,7 +119,8 @@ _D = ("host", "model", "stream", "series", "detector")
 _B = ("host", "model", "pid", "class")
 _G = ("host", "gpu_index", "gpu_uuid")
 _ENGINE = "stream_analytics/engine.py (analytics_result)"
-_LLM = "generate_span token steps (exporter/instrument/llm.py, stream_analytics/llm.py)"
+_LLM = ("generate_span bus events of instrumented processes (exporter/instrument/llm.py, "
+        "stream_analytics/llm_metrics.py)")
 _SCHED = "sched_sample: /proc/<pid>/task/<tid>/schedstat, stat (proc) or sched tracepoints (ebpf)"
 _GPU = "gauge_sample from collectors/gpu (rocm-smi, amd-smi, sysfs, NVML); docs/gpu-gauges.md"
 
@@ -182,7 +183,8 @@ CATALOGUE: tuple[MetricDef, ...] = (
               "1 per process workload discovery watches (reason: why)",
               "process_info from collectors/discovery (/proc/<pid>/maps, fd, cgroup)"),
     MetricDef("aaco.instrument.dropped", "counter", "1", ("host", "reason", "pid"),
-              "Iteration spans an instrumented process could not publish",
+              "Iteration spans (reason llm_*: generate calls) an instrumented process could "
+              "not publish",
               "gauge_sample from aaco-exporter instrument (docs/instrument.md)"),
     MetricDef("aaco.attach.window.duration", "gauge", "s", ("host", "pid"),
               "Length of the last rocprofv3 --attach window", "collectors/attach"),

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 from exporter import schema
 
 FLEET_SIGNALS = ("analytics_result", "sched_sample", "gauge_sample", "drift_status",
-                 "bottleneck", "process_info", "k8s_attribution")
+                 "bottleneck", "process_info", "k8s_attribution", "generate_span")
 """The signals a Prometheus sink renders (the ``aggregate`` role subscribes to these)."""
 
 

@@ -34,7 +34,9 @@ import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 SCHEMA_VERSION = 1
 """Bumped on any incompatible change of a schema below."""
@@ -273,6 +275,26 @@ K8S_ATTRIBUTION = pa.schema(
 attribute (pod and/or Slurm job) and one per GPU a container holds; each
 batch is the whole set of its host."""
 
+GENERATE_SPAN = pa.schema(
+    [
+        pa.field("generate_id", pa.int64(), nullable=False),  # per process, from 0
+        pa.field("model", _DICT_STR, nullable=False),  # generate_span's model label (user's)
+        pa.field("pid", pa.int64(), nullable=False),
+        pa.field("tid", pa.int64()),
+        pa.field("batch_size", pa.int64(), nullable=False),  # sequences, >= 1
+        pa.field("start_ns", pa.int64(), nullable=False),  # block entered
+        pa.field("end_ns", pa.int64(), nullable=False),  # block left, >= start_ns
+        pa.field("step_ns", pa.list_(pa.int64()), nullable=False),  # one per token step
+        pa.field("step_tokens", pa.list_(pa.int64()), nullable=False),  # tokens of each step
+        pa.field("error", pa.string()),  # exception type when the block raised
+    ]
+)
+"""One row per finished generate call of an instrumented process
+(:func:`exporter.instrument.llm.generate_span`): its token steps are the list
+columns ``step_ns`` (ns since the epoch) and ``step_tokens``, equal in
+length per row. Definitions of TTFT, ITL and tokens/s: docs/llm.md.
+:func:`decode` also checks the row invariants (reason ``bad_value``)."""
+
 SCHEMAS: Mapping[str, pa.Schema] = {
     "kernel_span": KERNEL_SPAN,
     "iteration_span": ITERATION_SPAN,
@@ -284,6 +306,7 @@ SCHEMAS: Mapping[str, pa.Schema] = {
     "bottleneck": BOTTLENECK,
     "process_info": PROCESS_INFO,
     "k8s_attribution": K8S_ATTRIBUTION,
+    "generate_span": GENERATE_SPAN,
 }
 """Signal name -> Arrow schema. The signal name is also the subject token."""
 
@@ -542,7 +565,53 @@ def decode(
         if batch.column(i).null_count:
             raise SchemaError("null_field", f"{signal}: required field "
                                             f"{expected.field(i).name!r} has nulls")
+    check_values(signal, batch)
     return signal, version, host, batch
+
+
+def check_values(signal: str, batch: pa.RecordBatch) -> None:
+    """Row invariants beyond types and nulls; raises :class:`SchemaError`
+    (``reason="bad_value"``) naming the field and the first bad row.
+
+    ``generate_span``: ``batch_size`` >= 1, ``end_ns`` >= ``start_ns``,
+    ``step_ns`` and ``step_tokens`` of equal length without null elements,
+    steps non-decreasing and not before ``start_ns``, tokens >= 0.
+    Other signals: nothing beyond :func:`decode`'s checks.
+    """
+    if signal != "generate_span" or batch.num_rows == 0:
+        return
+    steps, toks = batch.column("step_ns"), batch.column("step_tokens")
+    bad: list[tuple[str, pa.Array]] = [
+        ("batch_size", pc.less(batch.column("batch_size"), 1)),
+        ("end_ns", pc.less(batch.column("end_ns"), batch.column("start_ns"))),
+        ("step_tokens", pc.not_equal(pc.list_value_length(steps), pc.list_value_length(toks))),
+    ]
+    for name, mask in bad:
+        if pc.any(mask).as_py():
+            row = pc.index(mask, True).as_py()
+            raise SchemaError("bad_value", f"{signal}: field {name!r} is invalid in row {row}")
+    flat_t, flat_k = steps.values, toks.values  # offsets start at 0 after validate(full=True)
+    flat_t = flat_t.slice(steps.offsets[0].as_py(), steps.offsets[-1].as_py()
+                          - steps.offsets[0].as_py())
+    flat_k = flat_k.slice(toks.offsets[0].as_py(), toks.offsets[-1].as_py()
+                          - toks.offsets[0].as_py())
+    if flat_t.null_count or flat_k.null_count:
+        name = "step_ns" if flat_t.null_count else "step_tokens"
+        raise SchemaError("bad_value", f"{signal}: field {name!r} has null elements")
+    if len(flat_k) and pc.min(flat_k).as_py() < 0:
+        raise SchemaError("bad_value", f"{signal}: field 'step_tokens' has a negative count")
+    t = flat_t.to_numpy(zero_copy_only=False)
+    if len(t):
+        off = steps.offsets.to_numpy() - steps.offsets[0].as_py()
+        n = np.diff(off)
+        prev = np.empty_like(t)  # each step's predecessor: the previous step or the start
+        prev[1:] = t[:-1]
+        first = off[:-1][n > 0]
+        prev[first] = batch.column("start_ns").to_numpy()[n > 0]
+        if (t < prev).any():
+            row = int(np.searchsorted(off, int(np.argmax(t < prev)), side="right") - 1)
+            raise SchemaError("bad_value", f"{signal}: field 'step_ns' goes back in time "
+                                           f"in row {row}")
 
 
 _REQUIRED: Mapping[str, tuple[int, ...]] = {

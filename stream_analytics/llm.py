@@ -16,30 +16,32 @@ Tables (columnar, :data:`STEPS`, :data:`GENERATES`, :data:`BATCH_CURVE`):
 per call, :func:`batch_curve` one row per (model, batch size): the curve of
 TTFT, ITL and throughput against batch size.
 
-:class:`LlmMetrics` is the online form: it folds spans into per-(host,
-model, pid) histograms and counters and is a prometheus-client collector
-exposing the catalogue's ``aaco_llm_*`` families (:mod:`exporter.catalogue`).
+:class:`LlmMetrics` (:mod:`stream_analytics.llm_metrics`, re-exported here)
+is the online form: it folds spans, or ``generate_span`` bus batches, into
+per-(host, model, pid) histograms and counters and is a prometheus-client
+collector exposing the catalogue's ``aaco_llm_*`` families.
 """
 
 from __future__ import annotations
 
-import socket
-import threading
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
+
+from exporter.instrument.llm import GenerateRecord
+from stream_analytics.llm_metrics import (
+    ITL_BUCKETS_S,
+    MAX_MODELS_PER_PID,
+    TTFT_BUCKETS_S,
+    LlmMetrics,
+    records_table,
 )
 
-from exporter import catalogue
-from exporter.instrument.llm import GenerateRecord
+__all__ = ["BATCH_CURVE", "GENERATES", "ITL_BUCKETS_S", "MAX_MODELS_PER_PID", "STEPS",
+           "TTFT_BUCKETS_S", "LlmMetrics", "batch_curve", "generates_table", "records_table",
+           "steps_table"]
 
 STEPS = pa.schema([
     ("generate_id", pa.int64()), ("model", pa.string()), ("pid", pa.int64()),
@@ -61,12 +63,6 @@ BATCH_CURVE = pa.schema([
     ("itl_p50_s", pa.float64()), ("itl_p99_s", pa.float64()),
     ("tokens_per_s_mean", pa.float64()), ("tokens_per_s_per_sequence", pa.float64()),
 ])
-
-TTFT_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                  10.0, 30.0)
-ITL_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                 0.25, 0.5, 1.0)
-
 
 def _ok(recs: Iterable[GenerateRecord]) -> list[GenerateRecord]:
     return [r for r in recs if r.step_ns]
@@ -147,86 +143,3 @@ def batch_curve(recs: Sequence[GenerateRecord]) -> pa.Table:
             "tokens_per_s_per_sequence": float(tps.mean()) / bs if len(tps) else None,
         })
     return pa.Table.from_pylist(rows, schema=BATCH_CURVE)
-
-
-@dataclass
-class _Hist:
-    bounds: tuple[float, ...]
-    counts: np.ndarray[Any, Any] = field(default_factory=lambda: np.zeros(0, np.int64))
-    total: float = 0.0
-
-    def add(self, values: np.ndarray[Any, Any]) -> None:
-        if not len(self.counts):
-            self.counts = np.zeros(len(self.bounds) + 1, np.int64)
-        idx = np.searchsorted(np.asarray(self.bounds), values, side="left")
-        self.counts += np.bincount(idx, minlength=len(self.bounds) + 1)
-        self.total += float(values.sum())
-
-    def buckets(self) -> list[tuple[str, float]]:
-        cum = np.cumsum(self.counts) if len(self.counts) else np.zeros(len(self.bounds) + 1)
-        return [*((repr(b), float(c)) for b, c in zip(self.bounds, cum[:-1], strict=True)),
-                ("+Inf", float(cum[-1]))]
-
-
-@dataclass
-class _Key:
-    ttft: _Hist = field(default_factory=lambda: _Hist(TTFT_BUCKETS_S))
-    itl: _Hist = field(default_factory=lambda: _Hist(ITL_BUCKETS_S))
-    tokens: int = 0
-    tps: float | None = None
-
-
-class LlmMetrics:
-    """Online TTFT / ITL / token metrics per (host, model, pid); a
-    prometheus-client collector (``registry.register(LlmMetrics())``).
-
-    :meth:`observe` folds finished spans in (each span once); spans with an
-    ``error`` count their tokens but give no TTFT/ITL/throughput sample.
-    """
-
-    def __init__(self, host: str | None = None) -> None:
-        self.host = host or socket.gethostname()
-        self._lock = threading.Lock()
-        self.keys: dict[tuple[str, str], _Key] = {}
-
-    def observe(self, recs: Iterable[GenerateRecord]) -> int:
-        """Fold ``recs`` in; returns how many spans were folded."""
-        n = 0
-        with self._lock:
-            for r in recs:
-                k = self.keys.setdefault((r.model, str(r.pid)), _Key())
-                k.tokens += int(sum(r.step_tokens))
-                n += 1
-                if r.error is not None or not r.step_ns:
-                    continue
-                steps = np.asarray(r.step_ns, np.int64)
-                k.ttft.add(np.array([(steps[0] - r.start_ns) / 1e9]))
-                if len(steps) > 1:
-                    k.itl.add(np.diff(steps) / 1e9)
-                dur = (r.end_ns - r.start_ns) / 1e9
-                if dur > 0:
-                    k.tps = sum(r.step_tokens) / dur
-        return n
-
-    def describe(self) -> list[Metric]:
-        return []
-
-    def collect(self) -> Iterator[Metric]:
-        def doc(otel: str) -> tuple[str, str]:
-            m = catalogue.BY_OTEL[otel]
-            return m.family, m.help
-
-        lab = ["host", "model", "pid"]
-        ttft = HistogramMetricFamily(*doc("aaco.llm.time_to_first_token"), labels=lab)
-        itl = HistogramMetricFamily(*doc("aaco.llm.inter_token_latency"), labels=lab)
-        tok = CounterMetricFamily(*doc("aaco.llm.output_tokens"), labels=lab)
-        tps = GaugeMetricFamily(*doc("aaco.llm.tokens_per_second"), labels=lab)
-        with self._lock:
-            for (model, pid), k in sorted(self.keys.items()):
-                lv = [self.host, model, pid]
-                ttft.add_metric(lv, k.ttft.buckets(), k.ttft.total)
-                itl.add_metric(lv, k.itl.buckets(), k.itl.total)
-                tok.add_metric(lv, k.tokens)
-                if k.tps is not None:
-                    tps.add_metric(lv, k.tps)
-        yield from (ttft, itl, tok, tps)

@@ -55,7 +55,9 @@ class InstrumentStats:
 
     ``recorded``: rows queued so far; ``published``: rows acknowledged by
     JetStream; ``queued``: rows waiting in the queue; ``dropped``: rows (or,
-    for ``error``, swallowed exceptions) by reason.
+    for ``error``, swallowed exceptions; for ``llm_*``, generate calls) by
+    reason; ``generates_published``: finished generate calls
+    (:mod:`exporter.instrument.llm`) acknowledged as ``generate_span`` rows.
     """
 
     instrumented: bool
@@ -64,6 +66,7 @@ class InstrumentStats:
     queued: int = 0
     connected: bool = False
     dropped: dict[str, int] = field(default_factory=dict)
+    generates_published: int = 0
 
     @property
     def dropped_total(self) -> int:
@@ -92,6 +95,9 @@ def _after_fork_in_child() -> None:
     if _rec is None:
         return
     _rec.reset_after_fork()
+    from exporter.instrument import llm
+
+    llm.reset_pending()
     running, _pub = _pub is not None, None
     if running:
         _start_publisher(_rec)
@@ -101,9 +107,12 @@ def _at_exit() -> None:
     s = shutdown(EXIT_FLUSH_S)
     if s.dropped_total:
         reasons = ", ".join(f"{k}={v}" for k, v in sorted(s.dropped.items()))
+        llm = (f", {s.generates_published} generate calls published"
+               if s.generates_published or any(k.startswith("llm_") for k in s.dropped) else "")
         with contextlib.suppress(Exception):
             sys.stderr.write(f"aaco-exporter instrument: pid {os.getpid()}: "
-                             f"{s.published} iteration spans published, dropped: {reasons}\n")
+                             f"{s.published} iteration spans published{llm}, "
+                             f"dropped: {reasons}\n")
 
 
 def instrument_onnxruntime() -> bool:
@@ -168,6 +177,7 @@ def stats() -> InstrumentStats:
         queued=queued,
         connected=pub is not None and pub.connected,
         dropped=dropped,
+        generates_published=rec.generates_published,
     )
 
 

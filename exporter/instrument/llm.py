@@ -22,6 +22,13 @@ Finished spans are kept in a bounded in-process store (:data:`MAX_RECORDS`
 spans; older ones are evicted and counted in :func:`dropped`) read with
 :func:`records`; a span whose block raised is kept with ``error`` set.
 
+Under ``aaco-exporter instrument`` (the instrumentation hook) finished spans
+are also queued for the bus (:func:`enable_pending`, at most
+:data:`MAX_PENDING`; overflow evicts the oldest, counted by
+:func:`pending_evicted`): the instrumentation publisher takes them
+(:func:`take_pending`) every tick and publishes them as ``generate_span``
+batches (:mod:`exporter.instrument.publisher`).
+
 Under ``aaco-exporter capture -- CMD`` the environment variable
 :data:`ENV_DIR` (``AACO_LLM_DIR``) names a directory: at exit the process
 writes its spans there as ``<pid>.jsonl`` (:func:`save`), and the capture
@@ -58,6 +65,12 @@ _store: deque[GenerateRecord] = deque(maxlen=MAX_RECORDS)
 _ids = itertools.count()
 _evicted = 0
 _exit_hook = False
+
+MAX_PENDING = 16_384
+"""Finished spans waiting for the instrumentation publisher (when it runs)."""
+
+_pending: deque[GenerateRecord] | None = None
+_pending_evicted = 0
 
 
 @dataclass
@@ -137,11 +150,47 @@ def generate_span(model: str, batch_size: int = 1, *, step_session: Any = None,
 
 
 def _keep(rec: GenerateRecord) -> None:
-    global _evicted
+    global _evicted, _pending_evicted
     with _lock:
         if len(_store) == _store.maxlen:
             _evicted += 1
         _store.append(rec)
+        if _pending is not None:
+            if len(_pending) == _pending.maxlen:
+                _pending_evicted += 1
+            _pending.append(rec)
+
+
+def enable_pending(cap: int = MAX_PENDING) -> None:
+    """Queue spans finished from now on for the bus (idempotent; the
+    instrumentation publisher calls it when it starts)."""
+    global _pending
+    with _lock:
+        if _pending is None:
+            _pending = deque(maxlen=max(1, cap))
+
+
+def reset_pending() -> None:
+    """In a forked child: forget the parent's queued spans and eviction count."""
+    global _pending_evicted
+    with _lock:
+        if _pending is not None:
+            _pending.clear()
+        _pending_evicted = 0
+
+
+def take_pending(limit: int) -> list[GenerateRecord]:
+    """Up to ``limit`` queued spans, oldest first, removed from the queue
+    ([] when queueing is not enabled)."""
+    with _lock:
+        if not _pending:
+            return []
+        return [_pending.popleft() for _ in range(min(limit, len(_pending)))]
+
+
+def pending_evicted() -> int:
+    """Queued spans evicted unpublished because the queue was full (cumulative)."""
+    return _pending_evicted
 
 
 def _register_exit_save() -> None:
@@ -199,12 +248,17 @@ def dropped() -> int:
 
 __all__ = [
     "ENV_DIR",
+    "MAX_PENDING",
     "MAX_RECORDS",
     "GenerateRecord",
     "GenerateSpan",
     "dropped",
+    "enable_pending",
     "generate_span",
     "load",
+    "pending_evicted",
     "records",
+    "reset_pending",
     "save",
+    "take_pending",
 ]

@@ -10,6 +10,14 @@ id ``instr:<host>:<pid>:<start>:graph:<model>``) and, whenever they change,
 the drop counters as ``gauge_sample`` rows (metric ``aaco.instrument.dropped``,
 kind ``counter``, unit ``1``, attributes ``reason`` and ``pid``).
 
+Finished generate calls (:func:`exporter.instrument.llm.generate_span`) are
+taken from that module's queue on the same tick and published as
+``generate_span`` batches of at most ``LLM_BATCH_ROWS`` calls (one row per
+call, token steps in list columns; never a message per token) with ids
+``instr:<host>:<pid>:<start>:llm:<seq>``, through the same backlog and
+retries. Their drops carry the reasons ``llm_queue_full``,
+``llm_publish_failed`` and ``llm_shutdown`` (counted in generate calls).
+
 Encoded batches wait in a backlog of at most ``max(cap, BACKLOG_ROWS)`` rows; a batch is
 retried every tick for ``retry_ticks`` ticks (about 10 s), then dropped as
 ``publish_failed``. Connecting is one attempt per try, with exponential
@@ -41,10 +49,13 @@ from nats.js import JetStreamContext
 # first called, is imported above for the same reason.
 from collectors.ort.graph import ModelError, load_graph
 from exporter import schema
+from exporter.instrument import llm as llm_spans
 from exporter.instrument.recorder import Recorder, Row, SessionMeta
 
 INTERVAL_S = 0.25
 BATCH_ROWS = 8192
+LLM_BATCH_ROWS = 1024  # generate calls per generate_span message
+LLM = "llm_"  # drop reason prefix of generate calls
 BACKLOG_ROWS = 65_536  # encoded rows awaiting the bus (about 25 bytes each), at least the queue cap
 RETRY_TICKS = 40
 BACKOFF_MAX_S = 8.0
@@ -60,6 +71,7 @@ class _Pending:
     msg: schema.Message
     rows: int
     attempts: int = 0
+    kind: str = ""  # "" iteration spans, LLM generate calls (drop reason prefix)
 
 
 def iteration_batch(rows: list[Row], pid: int) -> pa.RecordBatch:
@@ -81,6 +93,22 @@ def iteration_batch(rows: list[Row], pid: int) -> pa.RecordBatch:
         "trace_id": pa.array([None if t is None else f"{t:032x}" for t in trace], pa.string()),
         "parent_span_id": pa.array([None if s is None else f"{s:016x}" for s in span],
                                    pa.string()),
+    }))
+
+
+def generate_batch(recs: list[llm_spans.GenerateRecord]) -> pa.RecordBatch:
+    """``GENERATE_SPAN`` batch: one row per finished generate call."""
+    return schema.conform("generate_span", pa.table({
+        "generate_id": pa.array([r.generate_id for r in recs], pa.int64()),
+        "model": pa.array([r.model for r in recs], pa.string()),
+        "pid": pa.array([r.pid for r in recs], pa.int64()),
+        "tid": pa.array([r.tid for r in recs], pa.int64()),
+        "batch_size": pa.array([r.batch_size for r in recs], pa.int64()),
+        "start_ns": pa.array([r.start_ns for r in recs], pa.int64()),
+        "end_ns": pa.array([r.end_ns for r in recs], pa.int64()),
+        "step_ns": pa.array([r.step_ns for r in recs], pa.list_(pa.int64())),
+        "step_tokens": pa.array([r.step_tokens for r in recs], pa.list_(pa.int64())),
+        "error": pa.array([r.error for r in recs], pa.string()),
     }))
 
 
@@ -117,6 +145,7 @@ class Publisher:
         self.js: JetStreamContext | None = None
         self._backoff = INTERVAL_S
         self._next_connect = 0.0
+        self.llm_evicted = 0
         self._stop = threading.Event()
         self.abandoned = False
         self._deadline = 0.0
@@ -144,6 +173,11 @@ class Publisher:
                           host=self.host, msg_id="warm")
             schema.encode("gauge_sample", drops_batch({"warm": 0}, self.rec.pid, 0),
                           host=self.host, msg_id="warm")
+            schema.encode("generate_span", generate_batch(
+                [llm_spans.GenerateRecord(0, "warm", 1, 0, 0, 0, 1, [1], [1])]),
+                host=self.host, msg_id="warm")
+        llm_spans.enable_pending()
+        self.llm_evicted = llm_spans.pending_evicted()
         self.thread.start()
 
     def stop(self, timeout_s: float) -> bool:
@@ -159,9 +193,8 @@ class Publisher:
             self.thread.join(timeout_s)
         if self.thread.is_alive():  # count what is left here; the thread will not
             self.abandoned = True
-            left = len(self.rec.queue) + self.backlog_rows
-            if left:
-                self.rec.drop("shutdown", left)
+            for reason, n in self._left(len(self.rec.queue)).items():
+                self.rec.drop(reason, n)
             return False
         return True
 
@@ -208,11 +241,19 @@ class Publisher:
         queued = len(self.rec.queue)
         self.rec.queue.clear()
         self.rec.drained += queued
-        left = self.backlog_rows + queued
+        left = self._left(queued)
         self.backlog.clear()
         self.backlog_rows = 0
-        if left:
-            self.rec.drop("shutdown", left)
+        for reason, n in left.items():
+            self.rec.drop(reason, n)
+
+    def _left(self, queued: int) -> dict[str, int]:
+        """Unpublished rows by ``shutdown`` reason: queued and backlog iteration
+        spans, backlog and still-queued generate calls."""
+        left = {"shutdown": queued, LLM + "shutdown": len(llm_spans.take_pending(1 << 30))}
+        for p in list(self.backlog):
+            left[p.kind + "shutdown"] += p.rows
+        return {k: v for k, v in left.items() if v}
 
     async def _tick(self, final: bool) -> None:
         self._drain()
@@ -235,12 +276,21 @@ class Publisher:
                                 host=self.host, msg_id=f"{self.prefix}:{next(self.rec.seq)}")
             self.backlog.append(_Pending(msg, len(rows)))
             self.backlog_rows += len(rows)
+        while recs := llm_spans.take_pending(LLM_BATCH_ROWS):
+            msg = schema.encode("generate_span", generate_batch(recs), host=self.host,
+                                msg_id=f"{self.prefix}:llm:{next(self.rec.seq)}")
+            self.backlog.append(_Pending(msg, len(recs), kind=LLM))
+            self.backlog_rows += len(recs)
+        evicted = llm_spans.pending_evicted()
+        if evicted > self.llm_evicted:
+            self.rec.drop(LLM + "queue_full", evicted - self.llm_evicted)
+            self.llm_evicted = evicted
         while self.backlog_rows > max(self.rec.cap, BACKLOG_ROWS) and len(self.backlog) > 1:
             self._discard(self.backlog.popleft())
 
     def _discard(self, p: _Pending) -> None:
         self.backlog_rows -= p.rows
-        self.rec.drop("publish_failed", p.rows)
+        self.rec.drop(p.kind + "publish_failed", p.rows)
 
     def _age_backlog(self) -> None:
         for p in list(self.backlog):
@@ -291,7 +341,10 @@ class Publisher:
                 return
             self.backlog.popleft()
             self.backlog_rows -= p.rows
-            self.rec.published += p.rows
+            if p.kind == LLM:
+                self.rec.generates_published += p.rows
+            else:
+                self.rec.published += p.rows
 
     async def _publish_graphs(self) -> None:
         with self.rec.lock:

@@ -10,7 +10,9 @@ evicted.
 Drop reasons (bounded): ``queue_full``, ``publish_failed`` (the bus refused
 or was unreachable for the whole retry budget, or the pending backlog was
 full), ``shutdown`` (still unpublished when the exit flush timed out),
-``error`` (an exception of ours, swallowed).
+``error`` (an exception of ours, swallowed); for finished generate calls
+(:mod:`.llm`, counted in calls) ``llm_queue_full``, ``llm_publish_failed``
+and ``llm_shutdown``.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from dataclasses import dataclass, field
 DEFAULT_QUEUE_CAP = 65_536
 """Rows the queue holds before calls are dropped (``AACO_INSTRUMENT_QUEUE``)."""
 
-DROP_REASONS = ("queue_full", "publish_failed", "shutdown", "error")
+DROP_REASONS = ("queue_full", "publish_failed", "shutdown", "error", "llm_queue_full",
+                "llm_publish_failed", "llm_shutdown")
 
 
 @dataclass(eq=False)
@@ -86,6 +89,7 @@ class Recorder:
     lock: threading.Lock = field(default_factory=threading.Lock)
     drained: int = 0  # rows taken off the queue (publisher thread only)
     published: int = 0  # rows acknowledged by JetStream (publisher thread only)
+    generates_published: int = 0  # generate calls acknowledged (publisher thread only)
     seq: Iterator[int] = field(default_factory=itertools.count)  # message ids, process-wide
     _counters: dict[str, Iterator[int]] = field(default_factory=dict)
     _metas: weakref.WeakSet[SessionMeta] = field(default_factory=weakref.WeakSet)
@@ -112,7 +116,7 @@ class Recorder:
         self.start_ns = process_start_ns()
         self.queue.clear()
         self.drops.clear()
-        self.drained = self.published = 0
+        self.drained = self.published = self.generates_published = 0
         self.seq = itertools.count()
         self._counters = {}
         for m in list(self._metas):

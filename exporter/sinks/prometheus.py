@@ -14,6 +14,11 @@ and every pid-keyed series (analytics, ``aaco_sched_*``,
 ``aaco_watched_process_info``, ``aaco_bottleneck_*``) gains
 :data:`WORKLOAD_LABELS` for its process; values are "" when unknown. One
 pid or GPU has one holder at a time, so the series count does not grow.
+
+``generate_span`` batches (finished LLM generate calls of instrumented
+processes) are folded into a :class:`stream_analytics.llm_metrics.LlmMetrics`
+and rendered as the ``aaco_llm_*`` families (labels ``host, model, pid`` plus
+the workload labels); its drops (``llm_model_cap``) join :attr:`PromState.drops`.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from prometheus_client.core import (
 from exporter import catalogue
 from exporter.catalogue import prom_name
 from exporter.schema import sanitize_token
+from stream_analytics.llm_metrics import LlmMetrics
 
 _BAD = re.compile(r"[^a-zA-Z0-9_]")
 
@@ -126,6 +132,8 @@ class PromState:
         self.k8s: dict[str, tuple[float, dict[str, tuple[str, ...]],
                                   dict[tuple[str, str], tuple[str, ...]]]] = {}
         self.drops: Counter[str] = Counter()
+        self.llm = LlmMetrics()
+        self._llm_drops_seen: Counter[str] = Counter()
 
     # -- ingest ----------------------------------------------------------------
     def ingest(self, signal: str, host: str, batch: pa.RecordBatch) -> None:
@@ -150,6 +158,12 @@ class PromState:
                 self.processes[host] = (now, batch.to_pylist())
             elif signal == "k8s_attribution":  # the k8s collector's whole set for the host
                 self._k8s(host, batch, now)
+            elif signal == "generate_span":  # one row per generate call, steps as lists
+                before = sum(self.llm.drops.values())
+                self.llm.observe_table(host, batch)
+                if sum(self.llm.drops.values()) != before:
+                    self.drops.update(self.llm.drops - self._llm_drops_seen)
+                    self._llm_drops_seen = Counter(self.llm.drops)
             elif signal == "bottleneck":
                 for row in batch.to_pylist():  # one row per analytics key
                     k = (row["host"], row["model"] or "",
@@ -258,6 +272,7 @@ class PromState:
             yield from self._collect_sched()
             yield from self._collect_gauges()
             yield from self._collect_verdicts()
+            yield from self.llm.families(self._pid_labels(), self._pid_values)
         if self.self_metrics is not None:
             yield from self.self_metrics()
 
@@ -276,6 +291,7 @@ class PromState:
             del self.processes[kp]
         for kk in [k for k, (t, _, _) in self.k8s.items() if now - t > self.stale_s]:
             del self.k8s[kk]
+        self.llm.expire(self.stale_s, now)
 
     def _collect_analytics(self) -> Iterator[Metric]:
         lab = ["host", "model", "pid", *self._pid_labels()]

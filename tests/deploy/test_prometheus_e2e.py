@@ -35,6 +35,11 @@ list), a log-link directory naming that container, and a synthetic
 ``proc_root`` whose ``<daemon pid>/cgroup`` puts the daemon (which runs the
 model) in that container. So the ``namespace`` and ``pod`` dashboard variables
 and the per-namespace alert's selectors must return data too.
+
+LLM: a real generate loop (the arabic-name-romanizer GRU encoder-decoder, the
+``models`` extra) runs under ``aaco-exporter instrument`` for the whole test,
+publishing its finished generate calls to the daemon's embedded NATS (on an
+ephemeral port), so the "LLM generate loops" panels must return data as well.
 """
 
 from __future__ import annotations
@@ -86,6 +91,25 @@ ANALYTICS_SERIES = (
     "aaco_bottleneck_confidence",
     "aaco_drift_detected",
 )
+
+#: Families the generate loop's calls give once the daemon has folded some.
+LLM_SERIES = ("aaco_llm_time_to_first_token_seconds_bucket", "aaco_llm_output_tokens_total")
+
+#: A generate loop that knows nothing of the bus: one call every 0.2 s, batch 1 or 4,
+#: until it is stopped (the instrumentation publishes its calls).
+LLM_LOOP = """
+import itertools, time
+from pathlib import Path
+import arabic_name_romanizer.inference as R
+from exporter.instrument.llm import generate_span
+names = ["محمد", "فاطمة", "يوسف", "مريم"]
+model = R.OnnxModel(Path(R.__file__).parent / "resources", beam_width=2, dedupe=False,
+                    intra_op_threads=1)
+for bs in itertools.cycle((1, 4)):
+    with generate_span("romanizer", batch_size=bs, step_session=model.backend.decoder):
+        model.transliterate_units(names[:bs], None, 1)
+    time.sleep(0.2)
+"""
 
 #: The replayed card at its power cap (300 W of 300 W): AacoGpuPowerHigh goes pending.
 POWER_CAPPED_GPU = "1"
@@ -362,15 +386,19 @@ def test_every_panel_variable_and_rule_query_returns_data_from_live_daemon(
     assert os.access(TEST_DOUBLE_BIN / "rocm-smi", os.X_OK), "tests/deploy/bin/rocm-smi"
     gen = _load_generator()
 
-    metrics_port, prom_port = _free_port(), _free_port()
+    metrics_port, prom_port, nats_port = _free_port(), _free_port(), _free_port()
     daemon_log, prom_log = tmp_path / "daemon.log", tmp_path / "prometheus.log"
+    llm_log, llm_script = tmp_path / "llm.log", tmp_path / "llm_loop.py"
+    llm_script.write_text(LLM_LOOP)
     k8s_cfg, kubelet_sock, proc_root = _k8s_config(tmp_path)
     daemon_argv = [
         sys.executable, "-m", "exporter.cli", "run", "--model", "magika",
         "--metrics-addr", f"127.0.0.1:{metrics_port}", "--window", "10",
         "--state-dir", str(tmp_path / "nats"), "--duration", "200",
-        "--config", str(k8s_cfg),
+        "--config", str(k8s_cfg), "--nats-listen", f"127.0.0.1:{nats_port}",
     ]  # fmt: skip
+    llm_argv = [sys.executable, "-m", "exporter.cli", "instrument", "--", sys.executable,
+                str(llm_script)]
     prom_argv = [
         prometheus,
         f"--config.file={_prometheus_config(tmp_path, metrics_port)}",
@@ -390,6 +418,11 @@ def test_every_panel_variable_and_rule_query_returns_data_from_live_daemon(
             {"PATH": f"{TEST_DOUBLE_BIN}{os.pathsep}{os.environ.get('PATH', os.defpath)}"},
         ) as daemon,
         _process(prom_argv, prom_log, "prometheus") as prom_proc,
+        _process(llm_argv, llm_log, "generate loop",
+                 # one model name for its encoder and decoder sessions: the scheduler
+                 # panels' join (SCHED_BY_MODEL) needs one model per pid
+                 {"AACO_NATS_URL": f"nats://127.0.0.1:{nats_port}",
+                  "AACO_MODEL_NAME": "romanizer"}) as llm_proc,
     ):
         _place_in_pod(proc_root, daemon.pid)
 
@@ -397,7 +430,9 @@ def test_every_panel_variable_and_rule_query_returns_data_from_live_daemon(
             if daemon.poll() is not None:
                 pytest.fail(f"daemon exited early:\n{daemon_log.read_text()[-3000:]}")
             text = _get(f"http://127.0.0.1:{metrics_port}/metrics").decode()
-            return all(f"\n{name}{{" in text for name in ANALYTICS_SERIES)
+            if llm_proc.poll() is not None:
+                pytest.fail(f"generate loop exited early:\n{llm_log.read_text()[-3000:]}")
+            return all(f"\n{name}{{" in text for name in (*ANALYTICS_SERIES, *LLM_SERIES))
 
         _wait("Prometheus to be ready", lambda: _get(f"{prom.base}/-/ready"), 30, prom_log)
         _wait("the daemon's analytics series on /metrics", daemon_warm, 60, daemon_log)

@@ -432,7 +432,8 @@ SYSFS = Target("sysfs", "collectors.gpu.sysfs.read_sysfs", _sysfs_seeds, _sysfs_
 def _bus_seeds(work: Path) -> list[Seed]:
     """Real messages: kernel and iteration spans replayed from the recorded
     rocprofv3 CSVs and Kineto trace, gauge rows from a recorded rocm-smi JSON,
-    each signal's empty batch."""
+    generate calls recorded from the romanizer's generate loop, some signals'
+    empty batches."""
     from collectors.gpu.rocm_smi import parse_rocm_smi
     from collectors.gpu.rows import to_table
     from collectors.rocprof.replay import load_paths
@@ -446,6 +447,12 @@ def _bus_seeds(work: Path) -> list[Seed]:
     batches.append(("gauge_sample", to_table(parse_rocm_smi(smi).rows, ts_ns=1, source="rocm-smi")))
     batches.extend((s, schema.empty_batch(s)) for s in ("graph_info", "sched_sample",
                                                        "bottleneck", "process_info"))
+    from exporter.instrument.llm import load as load_spans
+    from exporter.instrument.publisher import generate_batch
+
+    spans = load_spans([str(ROOT / "tests" / "exporter" / "testdata"
+                            / "romanizer_generate_spans.jsonl")])
+    batches.append(("generate_span", generate_batch(spans)))
     seeds = []
     for sig, b in batches:
         msg = schema.encode(sig, b, host="node-1", msg_id="m1")
