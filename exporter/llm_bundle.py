@@ -10,7 +10,10 @@
 
 ``capture -- CMD`` sets ``AACO_LLM_DIR`` to the bundle's ``llm/raw`` for the
 command, whose generate spans are saved there at its exit (one
-``<pid>.jsonl`` per process), and calls :func:`write_saved`.
+``<pid>.jsonl`` per process), and calls :func:`write_saved`. Any other
+capture or replay whose bus carried ``generate_span`` rows (instrumented
+processes it did not start) keeps them in ``llm/generate_spans.parquet`` and
+gets the same files from them (:func:`records_from_table`).
 
 Definitions: docs/llm.md.
 """
@@ -21,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from exporter.instrument.llm import GenerateRecord
@@ -38,6 +42,19 @@ def write_saved(out: Path) -> dict[str, Any] | None:
 
     files = sorted(str(p) for p in (out / RAW).glob("*.jsonl"))
     return write_llm(out, load(files)) if files else None
+
+
+def records_from_table(t: pa.Table) -> list[GenerateRecord]:
+    """The generate calls of a ``generate_span`` table
+    (:data:`exporter.schema.GENERATE_SPAN`, e.g. a bundle's
+    ``llm/generate_spans.parquet``), one record per row, as
+    :func:`write_llm` takes them (one object per call, not per token)."""
+    return [GenerateRecord(generate_id=r["generate_id"], model=r["model"],
+                           batch_size=r["batch_size"], pid=r["pid"], tid=r["tid"] or 0,
+                           start_ns=r["start_ns"], end_ns=r["end_ns"],
+                           step_ns=list(r["step_ns"]), step_tokens=list(r["step_tokens"]),
+                           error=r["error"])
+            for r in t.to_pylist()]
 
 
 def write_llm(out: Path, recs: Sequence[GenerateRecord]) -> dict[str, Any]:

@@ -65,7 +65,10 @@ FILES = {
     "graph_info": "model/graph_info.parquet",
     "drift_status": "metrics/drift_status.parquet",
     "bottleneck": "metrics/bottleneck.parquet",
+    "generate_span": "llm/generate_spans.parquet",
 }
+"""Bundle path of each signal's Parquet file. ``gauge_sample`` and
+``generate_span`` are written only when rows arrived."""
 
 
 SPOOLED = frozenset({"kernel_span"})
@@ -226,16 +229,17 @@ class BundleSink:
         counts: dict[str, int] = {}
         for signal, rel in FILES.items():
             path = out / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
             if signal in SPOOLED:
+                path.parent.mkdir(parents=True, exist_ok=True)
                 sp = self._spool(signal)
                 shutil.move(sp.close(), path)
                 sp.path = path
                 counts[signal] = sp.rows
                 continue
             t = self.table(signal)
-            if signal == "gauge_sample" and t.num_rows == 0:
+            if signal in ("gauge_sample", "generate_span") and t.num_rows == 0:
                 continue
+            path.parent.mkdir(parents=True, exist_ok=True)
             pq.write_table(t, path, compression="zstd")
             counts[signal] = t.num_rows
         return counts
@@ -304,6 +308,13 @@ def finish(out: Path, sink: BundleSink, key_row: dict[str, Any] | None,
                        "recommendation": r["recommendation"],
                        "thresholds": "stream_analytics/thresholds.py"}
     write_json(out / "metrics/bottleneck.json", verdict)
+    if sink.rows["generate_span"] and not (out / "llm" / "raw").exists():
+        # generate calls of instrumented processes the capture did not start:
+        # the llm/ tables from their bus rows (``capture -- CMD`` writes them
+        # from the spans its child saved, exporter.llm_bundle.write_saved)
+        from exporter.llm_bundle import records_from_table, write_llm
+
+        write_llm(out, records_from_table(sink.table("generate_span")))
     return verdict
 
 

@@ -56,3 +56,63 @@ def test_sink_spools_kernels_to_parquet_and_counts_messages_the_stream_dropped(
     assert got == 41 - first_kept + 1
     t = pq.read_table(tmp_path / "bundle/profiler/kernels.parquet")
     assert t.num_rows == 10 + 300 * got
+
+
+def test_bundle_keeps_generate_calls_from_the_bus_and_derives_the_llm_tables(
+        nats_server: EmbeddedNats, tmp_path: Path) -> None:
+    """generate_span rows of an instrumented process the capture did not start
+    are written to llm/generate_spans.parquet, and finish() derives the llm/
+    tables from them: one generates row per call, one steps row per token step,
+    the summary's token total equal to the sum of the published step tokens."""
+    from exporter.sinks.bundle import finish
+
+    calls = pa.table({
+        "generate_id": [0, 1, 2], "model": ["m", "m", "n"], "pid": [7, 7, 8],
+        "tid": [7, 7, 8], "batch_size": [2, 2, 1], "start_ns": [0, 100, 200],
+        "end_ns": [50, 180, 260],
+        "step_ns": [[10, 20, 30], [120, 150], [210]],
+        "step_tokens": [[2, 2, 1], [2, 2], [1]], "error": [None, None, None]})
+
+    async def go() -> BundleSink:
+        bus = await Bus.open(nats_server.url, BusConfig(), "h")
+        sink = BundleSink(bus, None, spool_dir=tmp_path / "spool")
+        await sink.start()
+        await bus.publish_table("generate_span", calls, "m")
+        await sink.drain()
+        await bus.close()
+        return sink
+
+    sink = asyncio.run(go())
+    out = tmp_path / "bundle"
+    counts = sink.write(out)
+    assert counts["generate_span"] == 3
+    assert "gauge_sample" not in counts  # no gauges arrived: no empty file
+    finish(out, sink, None)
+    assert pq.read_table(out / "llm/generate_spans.parquet").num_rows == 3
+    assert pq.read_table(out / "llm/generates.parquet").column("generate_id").to_pylist() \
+        == [0, 1, 2]
+    assert pq.read_table(out / "llm/generate_steps.parquet").num_rows == 6
+    import json
+    summary = json.loads((out / "llm/llm_summary.json").read_text())
+    assert summary["generates"] == 3 and summary["tokens"] == 10
+
+
+def test_bundle_without_generate_calls_has_no_llm_directory(
+        nats_server: EmbeddedNats, tmp_path: Path) -> None:
+    """A session whose bus carried no generate_span rows writes no llm/ files."""
+    from exporter.sinks.bundle import finish
+
+    async def go() -> BundleSink:
+        bus = await Bus.open(nats_server.url, BusConfig(), "h")
+        sink = BundleSink(bus, None, spool_dir=tmp_path / "spool")
+        await sink.start()
+        await bus.publish_table("kernel_span", _kernels(5, 0), "k")
+        await sink.drain()
+        await bus.close()
+        return sink
+
+    sink = asyncio.run(go())
+    out = tmp_path / "bundle"
+    assert "generate_span" not in sink.write(out)
+    finish(out, sink, None)
+    assert not (out / "llm").exists()
