@@ -3,7 +3,8 @@ VENV ?= .venv
 PY   := $(VENV)/bin/python
 # A second venv with onnxruntime-openvino (it installs the same `onnxruntime`
 # module as the CPU wheel, so it cannot share .venv): the real OpenVINO + CPU
-# partitioned graph that tests/collectors/ort/test_placement_openvino.py records.
+# partitioned graph that tests/collectors/ort/test_placement_openvino.py records
+# and captures (the project with its extra `openvino`).
 OV_VENV ?= .venv-ov
 SOAK_S ?= 3600
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -19,10 +20,10 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
-$(OV_VENV)/.installed: | $(VENV)/.installed
+$(OV_VENV)/.installed: pyproject.toml | $(VENV)/.installed
 	python3 -m venv $(OV_VENV)
 	$(OV_VENV)/bin/python -m pip install -q --upgrade pip
-	$(OV_VENV)/bin/python -m pip install -q 'onnxruntime-openvino>=1.24,<1.25'
+	$(OV_VENV)/bin/python -m pip install -q -e '.[openvino,analytics]'
 	touch $@
 
 ## Main job: capture a real ONNX model shipped in a PyPI package (magika), print KAR/LTS/SII/latency.

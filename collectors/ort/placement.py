@@ -184,6 +184,33 @@ def optimized_graph(model: Path, providers: list[str],
             return None, f"optimized model not saved: {type(e).__name__}: {e}"
 
 
+def partition_graph(model: Path, providers: list[str],
+                    options: ort.SessionOptions | None = None) -> tuple[Graph | None, str]:
+    """The reference graph for the node -> provider map, and where it came from.
+
+    ORT's optimized graph for ``providers`` (:func:`optimized_graph`) when it
+    can be saved. A session with an EP that compiles subgraphs (OpenVINO,
+    MIGraphX, …) cannot save it; then the graph ORT partitioned: the model
+    after the provider-independent level-1 optimizations, saved on the CPU EP
+    at ``ORT_ENABLE_BASIC`` (``ORT_DISABLE_ALL`` if the session disables
+    them). Its nodes without an event of their own ran inside the compiled
+    subgraphs (:mod:`collectors.ort.compiled`). ``(None, reasons)`` when
+    neither can be saved.
+    """
+    graph, source = optimized_graph(model, providers, options)
+    if graph is not None:
+        return graph, source
+    so = options or ort.SessionOptions()
+    level = ort.GraphOptimizationLevel
+    if so.graph_optimization_level != level.ORT_DISABLE_ALL:
+        so.graph_optimization_level = level.ORT_ENABLE_BASIC
+    name = str(so.graph_optimization_level).rsplit(".", 1)[-1]
+    g1, why = optimized_graph(model, ["CPUExecutionProvider"], so)
+    if g1 is None:
+        return None, f"{source}; {why}"
+    return g1, f"partitioned (the graph at {name} on CPUExecutionProvider; {source})"
+
+
 def session_options(so: ort.SessionOptions) -> dict[str, Any]:
     """The settable ``SessionOptions`` fields as JSON values."""
     return {
