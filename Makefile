@@ -1,12 +1,17 @@
 # The two commands a newcomer runs:  make demo  |  make test
 VENV ?= .venv
 PY   := $(VENV)/bin/python
+# A second venv with onnxruntime-openvino (it installs the same `onnxruntime`
+# module as the CPU wheel, so it cannot share .venv): the real OpenVINO + CPU
+# partitioned graph that tests/collectors/ort/test_placement_openvino.py records
+# and captures (the project with its extra `openvino`).
+OV_VENV ?= .venv-ov
 SOAK_S ?= 3600
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: setup demo run system-deps test lint bench fuzz dashboards metrics-doc clean
 
-setup: $(VENV)/.installed
+setup: $(VENV)/.installed $(OV_VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	@python3 -c 'import ensurepip, venv' 2>/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv; }
@@ -15,12 +20,18 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
+$(OV_VENV)/.installed: pyproject.toml | $(VENV)/.installed
+	python3 -m venv $(OV_VENV)
+	$(OV_VENV)/bin/python -m pip install -q --upgrade pip
+	$(OV_VENV)/bin/python -m pip install -q -e '.[openvino,analytics]'
+	touch $@
+
 ## Main job: capture a real ONNX model shipped in a PyPI package (magika), print KAR/LTS/SII/latency.
-demo: setup
+demo: $(VENV)/.installed
 	$(VENV)/bin/aaco-exporter capture --model magika --iterations 200
 
 ## The always-on daemon on the same model; /metrics on :9464.
-run: setup
+run: $(VENV)/.installed
 	$(VENV)/bin/aaco-exporter run --model magika
 
 ## Debian packages the tests use for real: Prometheus/promtool, Chromium (the report in a browser) and bcc (eBPF), plus tracefs and the BCC header tree.
@@ -67,4 +78,4 @@ dashboards: setup
 	$(PY) dashboards/generate.py --out dashboards/grafana
 
 clean:
-	rm -rf $(VENV) sessions .bcc-headers
+	rm -rf $(VENV) $(OV_VENV) sessions .bcc-headers

@@ -24,7 +24,8 @@ import pyarrow.parquet as pq
 
 from collectors.ort import ModelRunner
 from collectors.ort.attribution import MAP_SCHEMA, from_ort_profile, kernel_groups
-from collectors.ort.placement import assignment_from_profile, optimized_graph, ort_config
+from collectors.ort.compiled import is_fused
+from collectors.ort.placement import assignment_from_profile, ort_config, partition_graph
 from exporter.sinks.bundle import write_json
 
 MAP_FILE = "attribution/op_to_kernel_map.parquet"
@@ -53,11 +54,13 @@ def write_attribution(out: Path, runner: ModelRunner,
 
     assign: dict[str, str] = {}
     seq: list[str] = []
-    for path, *_ in runner.chunks:
+    for i, (path, *_) in enumerate(runner.chunks):
         a, s = assignment_from_profile(path)
-        assign.update(a)
+        # each session numbers its compiled subgraphs anew (OpenVINO-EP-subgraph_3
+        # in the second): the first profile's fused nodes stand for all
+        assign.update((n, p) for n, p in a.items() if i == 0 or not is_fused(n, p))
         seq = seq or s
-    opt, source = optimized_graph(graph.path, runner.providers, runner.session_options())
+    opt, source = partition_graph(graph.path, runner.providers, runner.session_options())
     if opt is None:
         source = f"onnx model ({source})"
     sess = ort.InferenceSession(str(graph.path), runner.session_options(),

@@ -16,6 +16,14 @@ PFI (partition fragmentation index) = partitions ÷ nodes, where
   partition is a maximal set of same-EP nodes connected through same-EP
   edges, the unit ORT hands to one EP (its ``IndexedSubGraph``).
 
+An EP that compiles (OpenVINO, MIGraphX, …) runs each subgraph it took as
+one fused node (:mod:`collectors.ort.compiled`): each fused node is one
+partition, the unit ORT really handed it, and the graph nodes inside it
+(those with no event of their own) take its provider in the assignment. Two
+fused nodes of one EP are two partitions even when their nodes touch: ORT
+splits a cluster when one piece would feed the other through a fallback
+node (merging them would make a cycle), so connectivity alone undercounts.
+
 Bounds: 1/nodes (the whole connected graph on one EP) <= PFI <= 1 (every
 node its own partition). A graph that is itself made of k disconnected
 pieces on one EP has PFI = k/nodes. ``ep_transitions`` counts provider
@@ -40,6 +48,7 @@ import pyarrow.compute as pc
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
+from collectors.ort.compiled import expand_compiled
 from collectors.ort.graph import Graph, ModelError, load_graph
 from collectors.ort.profile import read_events
 
@@ -101,18 +110,60 @@ def transitions(seq: Sequence[str]) -> int:
 
 
 def pfi_summary(assign: Mapping[str, str], edges: Iterable[tuple[str, str]],
-                seq: Sequence[str]) -> dict[str, Any]:
+                seq: Sequence[str], compiled: Mapping[str, str] | None = None,
+                members: Iterable[str] = ()) -> dict[str, Any]:
     """``nodes``, ``partitions``, ``pfi``, ``ep_transitions`` and nodes per provider.
+
+    ``compiled`` (fused node -> provider) and ``members`` (nodes that ran
+    inside them) come from :func:`collectors.ort.compiled.expand_compiled`:
+    each fused node is one partition; the other nodes form partitions by
+    same-provider edges (:func:`partitions`).
 
     >>> pfi_summary({"a": "X", "b": "CPU", "c": "X"}, [("a", "b"), ("b", "c")],
     ...             ["X", "CPU", "X"])["pfi"]
     1.0
+    >>> s = pfi_summary({"a": "OV", "b": "CPU", "c": "OV"}, [("a", "b"), ("b", "c"), ("a", "c")],
+    ...                 ["OV", "CPU", "OV"], {"OV_s_1_0": "OV", "OV_s_2_1": "OV"}, ["a", "c"])
+    >>> s["partitions"]
+    3
     """
+    compiled = compiled or {}
+    inside = set(members) | set(compiled)
     n = len(assign)
-    k = partitions(assign, edges)
+    k = partitions({a: p for a, p in assign.items() if a not in inside}, edges) + len(compiled)
     return {"nodes": n, "partitions": k, "pfi": (k / n) if n else None,
             "ep_transitions": transitions(seq),
-            "nodes_per_provider": dict(sorted(Counter(assign.values()).items()))}
+            "nodes_per_provider": dict(sorted(Counter(assign.values()).items())),
+            "compiled_subgraphs": dict(sorted(compiled.items())),
+            "nodes_in_compiled_subgraphs": len(set(members))}
+
+
+def placement_summary(assign: Mapping[str, str], seq: Sequence[str],
+                      graph: Graph | None) -> dict[str, Any]:
+    """The node -> provider part of ``runtime/ort_config.json`` from one
+    profile's ``assign``/``seq`` (:func:`assignment_from_profile`) and the
+    reference ``graph`` (edges; ``None``: no edges).
+
+    Fused nodes of a compiling EP are expanded to the graph's nodes without
+    an event of their own (:func:`collectors.ort.compiled.expand_compiled`);
+    profile nodes missing from ``graph`` are listed in ``nodes_not_in_graph``
+    and count as partitions of their own.
+    """
+    edges: list[tuple[str, str]] = []
+    if graph is not None:
+        edges = list(zip(graph.edges["src_node"].to_pylist(),
+                         graph.edges["dst_node"].to_pylist(), strict=True))
+        runnable = pc.not_equal(graph.nodes["op_type"], "Constant")
+        names = graph.nodes["name"].filter(runnable).to_pylist()
+    else:
+        names = []
+    ex = expand_compiled(assign, names)
+    known = set(graph.nodes["name"].to_pylist()) if graph is not None else set()
+    return {
+        "nodes_not_in_graph": sorted(set(ex.assign) - known - set(ex.compiled)),
+        **pfi_summary(ex.assign, edges, seq, ex.compiled, ex.members),
+        "assignment": dict(sorted(ex.assign.items())),
+    }
 
 
 def optimized_graph(model: Path, providers: list[str],
@@ -131,6 +182,33 @@ def optimized_graph(model: Path, providers: list[str],
             return load_graph(path), "optimized"
         except (ModelError, RuntimeError, ort.capi.onnxruntime_pybind11_state.Fail) as e:
             return None, f"optimized model not saved: {type(e).__name__}: {e}"
+
+
+def partition_graph(model: Path, providers: list[str],
+                    options: ort.SessionOptions | None = None) -> tuple[Graph | None, str]:
+    """The reference graph for the node -> provider map, and where it came from.
+
+    ORT's optimized graph for ``providers`` (:func:`optimized_graph`) when it
+    can be saved. A session with an EP that compiles subgraphs (OpenVINO,
+    MIGraphX, …) cannot save it; then the graph ORT partitioned: the model
+    after the provider-independent level-1 optimizations, saved on the CPU EP
+    at ``ORT_ENABLE_BASIC`` (``ORT_DISABLE_ALL`` if the session disables
+    them). Its nodes without an event of their own ran inside the compiled
+    subgraphs (:mod:`collectors.ort.compiled`). ``(None, reasons)`` when
+    neither can be saved.
+    """
+    graph, source = optimized_graph(model, providers, options)
+    if graph is not None:
+        return graph, source
+    so = options or ort.SessionOptions()
+    level = ort.GraphOptimizationLevel
+    if so.graph_optimization_level != level.ORT_DISABLE_ALL:
+        so.graph_optimization_level = level.ORT_ENABLE_BASIC
+    name = str(so.graph_optimization_level).rsplit(".", 1)[-1]
+    g1, why = optimized_graph(model, ["CPUExecutionProvider"], so)
+    if g1 is None:
+        return None, f"{source}; {why}"
+    return g1, f"partitioned (the graph at {name} on CPUExecutionProvider; {source})"
 
 
 def session_options(so: ort.SessionOptions) -> dict[str, Any]:
@@ -155,27 +233,18 @@ def ort_config(sess: ort.InferenceSession, assign: Mapping[str, str], seq: Seque
     provider assignment and its PFI (:func:`pfi_summary`).
 
     ``graph`` gives the edges (ORT's optimized graph, else the ONNX model);
-    ``graph_source`` says which. Assigned nodes missing from ``graph`` count
-    as partitions of their own.
+    ``graph_source`` says which. See :func:`placement_summary`.
     """
-    edges: list[tuple[str, str]] = []
-    if graph is not None:
-        edges = list(zip(graph.edges["src_node"].to_pylist(),
-                         graph.edges["dst_node"].to_pylist(), strict=True))
-        missing = sorted(set(assign) - set(graph.nodes["name"].to_pylist()))
-    else:
-        missing = sorted(assign)
     return {
         "onnxruntime_version": ort.__version__,
         "available_providers": ort.get_available_providers(),
         "providers": sess.get_providers(),
         "provider_options": sess.get_provider_options(),
         "session_options": session_options(sess.get_session_options()),
-        "assignment_source": "ort_profile Node events (args.provider)",
+        "assignment_source": "ort_profile Node events (args.provider); nodes inside a "
+                             "compiled subgraph: graph nodes without an event of their own",
         "graph_source": graph_source,
-        "nodes_not_in_graph": missing,
-        **pfi_summary(assign, edges, seq),
-        "assignment": dict(sorted(assign.items())),
+        **placement_summary(assign, seq, graph),
         "definitions": "docs/attribution.md",
     }
 
