@@ -12,7 +12,9 @@ Per key (host, model, pid) it keeps the TTFT and inter-token latency
 histograms (seconds, buckets :data:`TTFT_BUCKETS_S` / :data:`ITL_BUCKETS_S`),
 the output token count and the tokens/s of the latest call (definitions:
 docs/llm.md). Calls whose block raised (``error`` set) count their tokens
-but give no latency or throughput sample.
+but give no latency or throughput sample. :meth:`LlmMetrics.snapshot` copies
+every key (:class:`LlmSeries`, non-cumulative bucket counts, min/max) for the
+OTLP outputs (:mod:`exporter.sinks.otlp_llm`).
 
 Label bounds: the ``model`` label value comes from the instrumented program;
 it is cut to :data:`MODEL_LABEL_MAX` characters, and a pid may hold at most
