@@ -72,9 +72,11 @@ def _latest(r: Any, name: str) -> metrics_pb2.Metric:
     return got[-1][1]
 
 
-def _export(batches: list[tuple[str, pa.RecordBatch]]) -> tuple[Any, OtlpSink]:
-    with rx.GrpcReceiver() as r:
-        sink = OtlpSink(OtlpConfig(endpoint=r.endpoint, insecure=True))
+def _export(batches: list[tuple[str, pa.RecordBatch]],
+            http: bool = False) -> tuple[Any, OtlpSink]:
+    with (rx.HttpReceiver() if http else rx.GrpcReceiver()) as r:
+        sink = OtlpSink(OtlpConfig(endpoint=r.endpoint, insecure=True,
+                                   protocol="http/protobuf" if http else "grpc"))
         try:
             for sig, b in batches:
                 sink.ingest(sig, b, "n1")
@@ -213,3 +215,13 @@ def test_otlp_on_the_bus_carries_the_same_llm_points(tmp_path: Path) -> None:
     assert tok.as_int == sum(sum(x.step_tokens) for x in recs)
     (tps,) = rx.metrics_of([bus_req], TPS)[0][1].gauge.data_points
     assert tps.as_double == _latest(r, TPS).gauge.data_points[0].as_double
+
+
+def test_http_protobuf_export_carries_the_llm_metrics() -> None:
+    """Over OTLP/HTTP: the 6 recorded romanizer calls give a TTFT count of 6 and
+    the token sum the calls emitted."""
+    recs = load([str(ROMANIZER)])
+    r, _ = _export([("generate_span", _bus_batch(recs, "n1"))], http=True)
+    (p,) = _latest(r, TTFT).histogram.data_points
+    (tok,) = _latest(r, TOKENS).sum.data_points
+    assert (p.count, tok.as_int) == (6, sum(sum(x.step_tokens) for x in recs))
