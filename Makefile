@@ -60,6 +60,7 @@ bench: setup
 	$(PY) benchmarks/bench_daemon_cost.py --baseline-ref fb47f91 --flush-interval 5
 	$(PY) benchmarks/bench_kernel_diff.py
 	$(PY) benchmarks/bench_llm_bus.py
+	$(PY) benchmarks/bench_otlp_llm.py
 	$(SUDO) $(PY) benchmarks/bench_lab_noise.py
 	$(SUDO) $(PY) benchmarks/bench_sched_overhead.py
 	$(PY) benchmarks/soak.py --duration $(SOAK_S) --out benchmarks/results/soak.json

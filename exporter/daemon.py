@@ -246,6 +246,9 @@ async def run_daemon(opts: DaemonOptions, bus_cfg: BusConfig,
             except Exception as e:  # an unreachable backend must not stop the daemon
                 pipe.drops["otlp_export_error"] += 1
                 log.warning("OTLP export failed: %s", e)
+            for out in (otlp_sink, bridge):  # generate calls over the model cap, failed exports
+                if out is not None:
+                    pipe.drops.update(out.take_drops())
 
     if otlp_sink is not None or bridge is not None:
         tasks.append(asyncio.create_task(export_otlp()))

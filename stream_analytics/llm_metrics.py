@@ -12,7 +12,9 @@ Per key (host, model, pid) it keeps the TTFT and inter-token latency
 histograms (seconds, buckets :data:`TTFT_BUCKETS_S` / :data:`ITL_BUCKETS_S`),
 the output token count and the tokens/s of the latest call (definitions:
 docs/llm.md). Calls whose block raised (``error`` set) count their tokens
-but give no latency or throughput sample.
+but give no latency or throughput sample. :meth:`LlmMetrics.snapshot` copies
+every key (:class:`LlmSeries`, non-cumulative bucket counts, min/max) for the
+OTLP outputs (:mod:`exporter.sinks.otlp_llm`).
 
 Label bounds: the ``model`` label value comes from the instrumented program;
 it is cut to :data:`MODEL_LABEL_MAX` characters, and a pid may hold at most
@@ -71,11 +73,53 @@ def records_table(recs: Sequence[GenerateRecord]) -> pa.Table:
     })
 
 
+@dataclass(frozen=True)
+class HistSnapshot:
+    """One histogram series at a point in time (seconds).
+
+    ``counts``: observations per bucket, not cumulative, ``len(bounds) + 1``
+    long (bucket *i* holds ``bounds[i-1] < v <= bounds[i]``, the last one
+    ``v > bounds[-1]``: Prometheus ``le`` and OTLP explicit-bucket semantics
+    alike); ``total``: their sum; ``lo``/``hi``: min and max (None while empty).
+    """
+
+    bounds: tuple[float, ...]
+    counts: tuple[int, ...]
+    total: float
+    lo: float | None
+    hi: float | None
+
+    @property
+    def count(self) -> int:
+        """Observations in all buckets."""
+        return sum(self.counts)
+
+
+@dataclass(frozen=True)
+class LlmSeries:
+    """One (host, model, pid) key of :class:`LlmMetrics` (:meth:`LlmMetrics.snapshot`).
+
+    ``start_ns``: wall-clock time the series began (Unix ns; the start of its
+    cumulative counts); ``tokens``: output tokens; ``tps``: tokens/s of the
+    latest timed call (None before one)."""
+
+    host: str
+    model: str
+    pid: str
+    start_ns: int
+    ttft: HistSnapshot
+    itl: HistSnapshot
+    tokens: int
+    tps: float | None
+
+
 @dataclass
 class _Hist:
     bounds: tuple[float, ...]
     counts: np.ndarray[Any, Any] = field(default_factory=lambda: np.zeros(0, np.int64))
     total: float = 0.0
+    lo: float = float("inf")
+    hi: float = float("-inf")
 
     def add(self, values: np.ndarray[Any, Any]) -> None:
         if not len(self.counts):
@@ -83,6 +127,15 @@ class _Hist:
         idx = np.searchsorted(np.asarray(self.bounds), values, side="left")
         self.counts += np.bincount(idx, minlength=len(self.bounds) + 1)
         self.total += float(values.sum())
+        self.lo = min(self.lo, float(values.min()))
+        self.hi = max(self.hi, float(values.max()))
+
+    def snapshot(self) -> HistSnapshot:
+        counts = (tuple(int(c) for c in self.counts) if len(self.counts)
+                  else (0,) * (len(self.bounds) + 1))
+        empty = not any(counts)
+        return HistSnapshot(self.bounds, counts, self.total,
+                            None if empty else self.lo, None if empty else self.hi)
 
     def buckets(self) -> list[tuple[str, float]]:
         cum = np.cumsum(self.counts) if len(self.counts) else np.zeros(len(self.bounds) + 1)
@@ -97,6 +150,7 @@ class _Key:
     tokens: int = 0
     tps: float | None = None
     seen: float = 0.0
+    start_ns: int = field(default_factory=time.time_ns)
 
 
 def _flat(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
@@ -202,6 +256,15 @@ class LlmMetrics:
         with self._lock:
             for key in [key for key, k in self.keys.items() if now - k.seen > stale_s]:
                 del self.keys[key]
+
+    def snapshot(self, host: str | None = None) -> list[LlmSeries]:
+        """A copy of every key (of ``host`` only, when given), sorted by key.
+
+        Bounded: at most ``max_models_per_pid`` keys per (host, pid)."""
+        with self._lock:
+            return [LlmSeries(h, m, p, k.start_ns, k.ttft.snapshot(), k.itl.snapshot(),
+                              k.tokens, k.tps)
+                    for (h, m, p), k in sorted(self.keys.items()) if host in (None, h)]
 
     def describe(self) -> list[Metric]:
         return []

@@ -20,6 +20,15 @@
   counters reporting the latest value per series, one ``MeterProvider`` per
   host, exported every ``export_interval_s``; names from
   :mod:`exporter.catalogue`.
+* **LLM metrics** (``generate_span``; :mod:`exporter.sinks.otlp_llm`): folded
+  by a :class:`~stream_analytics.llm_metrics.LlmMetrics` (the Prometheus
+  sink's fold, buckets and model cap) and exported pre-aggregated at each
+  :meth:`OtlpSink.flush` / :meth:`OtlpSink.close` by one ``MetricExporter``
+  (all hosts in one request, each under its host's metrics resource):
+  ``aaco.llm.time_to_first_token`` / ``aaco.llm.inter_token_latency``
+  histograms, ``aaco.llm.output_tokens`` sum, ``aaco.llm.tokens_per_second``
+  gauge. Calls over the model cap are counted in :attr:`OtlpSink.drops`
+  (``otlp_llm_model_cap``), failed exports under ``otlp_export_error``.
 * **Kubernetes / Slurm** (``k8s_attribution``, the ``k8s`` collector's
   snapshot; :mod:`exporter.sinks.otlp_k8s`): a span carrying
   ``process.pid`` (iteration, kernel and synthetic spans) gets a resource with
@@ -42,6 +51,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -52,16 +62,26 @@ import pyarrow.compute as pc
 from opentelemetry import trace as trace_api
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import (
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+    PeriodicExportingMetricReader,
+    ResourceMetrics,
+    ScopeMetrics,
+)
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from exporter import catalogue
+from exporter.sinks import otlp_llm
 from exporter.sinks import otlp_proto as op
 from exporter.sinks.otlp_k8s import K8sAttributes, attr_value
 from exporter.sinks.span_assembler import DEFAULT_HOLD_S, SpanAssembler
+from stream_analytics.llm_metrics import DROP_MODEL_CAP as LLM_MODEL_CAP
+from stream_analytics.llm_metrics import LlmMetrics
 
 Protocol = Literal["grpc", "http/protobuf"]
 _SAMPLED = trace_api.TraceFlags(trace_api.TraceFlags.SAMPLED)
@@ -250,6 +270,11 @@ class OtlpSink:
         self._series: dict[tuple[str, str, str, str], _Series] = {}
         self.spans_exported = 0
         self.kernels_dropped = 0
+        self.llm = LlmMetrics()  # generate_span folds (host from each batch)
+        self._llm_exporter: MetricExporter | None = None
+        self._llm_export = threading.Lock()  # one LLM export at a time
+        self.llm_exports = 0  # LLM metric requests the exporter accepted
+        self.drops: Counter[str] = Counter()  # by reason (module docstring)
 
     # ---- ingest ---------------------------------------------------------
     def ingest(self, signal: str, batch: pa.RecordBatch | pa.Table, host: str) -> None:
@@ -257,7 +282,8 @@ class OtlpSink:
 
         ``kernel_span``/``iteration_span`` are buffered for traces;
         ``analytics_result``/``gauge_sample`` update the latest metric
-        values; other signals are ignored.
+        values; ``generate_span`` is folded into :attr:`llm`; other signals
+        are ignored.
         """
         t = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
         if signal in ("kernel_span", "iteration_span"):
@@ -271,24 +297,37 @@ class OtlpSink:
             self._update_gauges(t, host)
         elif signal == "k8s_attribution":
             self._k8s.update(t, host)
+        elif signal == "generate_span":
+            before = self.llm.drops[LLM_MODEL_CAP]
+            self.llm.observe_table(host, t)
+            after = self.llm.drops[LLM_MODEL_CAP]
+            if after != before:
+                with self._state:
+                    self.drops[otlp_llm.DROP_MODEL_CAP] += after - before
 
     def flush(self) -> None:
         """Export the span trees that are ready
         (:class:`~exporter.sinks.span_assembler.SpanAssembler`'s rule) and
         force-flush both pipelines; blocks up to about ``timeout_s``.
 
-        Thread-safe against :meth:`ingest`: each span row is exported exactly once."""
+        Thread-safe against :meth:`ingest`: each span row is exported exactly once.
+        Then exports the LLM metrics (:meth:`export_llm`)."""
         self._emit_traces(final=False)
         self._force_flush()
+        self.export_llm()
 
     def close(self) -> None:
         """Export everything still buffered, flush and shut the providers down."""
         self._emit_traces(final=True)
         self._force_flush()
+        self.export_llm()
         with self._state:
             processor, self._processor = self._processor, None
             meters = list(self._meters.values())
             self._meters.clear()
+            llm_exporter, self._llm_exporter = self._llm_exporter, None
+        if llm_exporter is not None:
+            llm_exporter.shutdown()
         if processor is not None:
             processor.shutdown()  # type: ignore[no-untyped-call]
         for mp in meters:
@@ -363,7 +402,54 @@ class OtlpSink:
             self.kernels_dropped += plan.kernels_dropped
             self.spans_exported += n
 
+    # ---- LLM metrics ----------------------------------------------------
+    def export_llm(self, now_ns: int | None = None) -> int:
+        """Export the cumulative LLM metrics of every key not stale
+        (:data:`exporter.sinks.otlp_llm.LLM_STALE_S`) in one request; returns
+        the points sent (0 when there are none). Blocks up to ``timeout_s``;
+        a failed export is counted under ``otlp_export_error``, never raised."""
+        self.llm.expire(otlp_llm.LLM_STALE_S)
+        series = self.llm.snapshot()
+        if not series:
+            return 0
+        now_ns = time.time_ns() if now_ns is None else now_ns
+        scope = InstrumentationScope(op.SCOPE_NAME)
+        rms = []
+        npoints = 0
+        for host in sorted({s.host for s in series}):
+            mine = [s for s in series if s.host == host]
+            metrics = otlp_llm.sdk_metrics(mine, now_ns, self._k8s.pid)
+            npoints += sum(len(m.data.data_points) for m in metrics)
+            rms.append(ResourceMetrics(self._metric_resource(host),
+                                       [ScopeMetrics(scope, metrics, "")], ""))
+        with self._llm_export:
+            with self._state:
+                if self._llm_exporter is None:
+                    self._llm_exporter = metric_exporter(self.config)
+                exporter = self._llm_exporter
+            result = exporter.export(MetricsData(rms),
+                                     timeout_millis=self.config.timeout_s * 1000)
+        with self._state:
+            if result is MetricExportResult.SUCCESS:
+                self.llm_exports += 1
+            else:
+                self.drops["otlp_export_error"] += 1
+        return npoints
+
+    def take_drops(self) -> Counter[str]:
+        """The drops counted since the previous call (by reason), reset."""
+        with self._state:
+            out, self.drops = self.drops, Counter()
+        return out
+
     # ---- metrics --------------------------------------------------------
+    def _metric_resource(self, host: str) -> Resource:
+        """The resource of ``host``'s metrics (service.name, host.name and the
+        configured resource attributes)."""
+        items = op.resource_items(host, None, None, self.config.service_name)
+        return Resource.create({**self.config.resource_attributes,
+                                **{k: v for k, v in items if v is not None}})
+
     def _series_for(self, host: str, name: str, kind: str, unit: str) -> _Series | None:
         with self._state:
             return self._series_for_locked(host, name, kind, unit)
@@ -377,7 +463,6 @@ class OtlpSink:
         if mp is None:
             if len(self._meters) >= self.config.max_resources:
                 return None
-            items = op.resource_items(host, None, None, self.config.service_name)
             reader = PeriodicExportingMetricReader(
                 metric_exporter(self.config),
                 export_interval_millis=self.config.export_interval_s * 1000,
@@ -385,8 +470,7 @@ class OtlpSink:
             )
             mp = MeterProvider(
                 metric_readers=[reader],
-                resource=Resource.create({**self.config.resource_attributes,
-                                          **{k: v for k, v in items if v is not None}}),
+                resource=self._metric_resource(host),
                 shutdown_on_exit=False,
             )
             self._meters[host] = mp

@@ -12,6 +12,12 @@ exporter's (an iteration waits for its ``kernel_count`` kernels, at most
 ``hold_s``), with the same deterministic span ids.
 With ``k8s_attribution`` from the host, points and iteration spans carry
 the pod / Slurm attributes of :mod:`exporter.sinks.otlp_k8s`.
+``generate_span`` batches are folded by a
+:class:`~stream_analytics.llm_metrics.LlmMetrics` (the Prometheus sink's
+fold and model cap); a host that sent any since the previous flush gets its
+cumulative ``aaco.llm.*`` points (:func:`exporter.sinks.otlp_llm.proto_metrics`)
+in that flush's metrics request. Calls over the model cap are counted in
+:attr:`OtlpBusBridge.drops` (``otlp_llm_model_cap``).
 """
 
 from __future__ import annotations
@@ -19,13 +25,14 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from exporter import schema
 from exporter.bus import Bus
+from exporter.sinks import otlp_llm
 from exporter.sinks.otlp_k8s import K8sAttributes, annotate_metrics, annotate_traces
 from exporter.sinks.otlp_proto import (
     SpanPolicy,
@@ -34,6 +41,8 @@ from exporter.sinks.otlp_proto import (
     traces_request,
 )
 from exporter.sinks.span_assembler import DEFAULT_HOLD_S, SpanAssembler
+from stream_analytics.llm_metrics import DROP_MODEL_CAP as LLM_MODEL_CAP
+from stream_analytics.llm_metrics import LlmMetrics
 
 
 def _empty(signal: str) -> pa.Table:
@@ -53,6 +62,9 @@ class OtlpBusBridge:
         self.published = 0
         self.dropped = 0
         self.k8s = K8sAttributes()
+        self.llm = LlmMetrics()
+        self._llm_hosts: set[str] = set()  # hosts with generate_span since the last flush
+        self.drops: Counter[str] = Counter()
 
     def ingest(self, signal: str, host: str, batch: pa.RecordBatch | pa.Table) -> None:
         if signal == "k8s_attribution":
@@ -66,6 +78,11 @@ class OtlpBusBridge:
                 self._buf[h][signal].append(sub)
         elif signal == "gauge_sample":
             self._buf[host][signal].append(t)
+        elif signal == "generate_span":
+            before = self.llm.drops[LLM_MODEL_CAP]
+            self.llm.observe_table(host, t)
+            self.drops[otlp_llm.DROP_MODEL_CAP] += self.llm.drops[LLM_MODEL_CAP] - before
+            self._llm_hosts.add(host)
 
     def _take(self, host: str, signal: str) -> pa.Table | None:
         parts = self._buf[host].pop(signal, [])
@@ -106,11 +123,17 @@ class OtlpBusBridge:
         n = 0
         for host, kernels, iters in self.spans.take(time.monotonic(), final):
             n += await self._publish_traces(bus, host, kernels, iters)
-        for host in list(self._buf):
+        self.llm.expire(otlp_llm.LLM_STALE_S)
+        llm_hosts, self._llm_hosts = self._llm_hosts, set()
+        now_ns = time.time_ns()
+        for host in sorted(set(self._buf) | llm_hosts):
             analytics = self._take(host, "analytics_result")
             gauges = self._take(host, "gauge_sample")
-            if analytics is not None or gauges is not None:
+            llm = (otlp_llm.proto_metrics(self.llm.snapshot(host), now_ns)
+                   if host in llm_hosts else [])
+            if analytics is not None or gauges is not None or llm:
                 mreq = metrics_request(analytics, gauges, host)
+                mreq.resource_metrics[0].scope_metrics[0].metrics.extend(llm)
                 annotate_metrics(mreq, host, self.k8s)
                 msg = schema.encode_otlp("metrics", mreq, host=host,
                                          msg_id=f"otlp-{self._run}-{next(self._seq)}")
@@ -118,3 +141,8 @@ class OtlpBusBridge:
                 n += 1
         self.published += n
         return n
+
+    def take_drops(self) -> Counter[str]:
+        """The drops counted since the previous call (by reason), reset."""
+        out, self.drops = self.drops, Counter()
+        return out

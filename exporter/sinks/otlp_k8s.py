@@ -95,17 +95,19 @@ def _extend(kvs: Any, items: Attrs) -> None:
 
 def annotate_metrics(req: Any, host: str, attrs: K8sAttributes) -> None:
     """Add pod/Slurm attributes in place to the points of an
-    ``ExportMetricsServiceRequest`` built by :func:`otlp_proto.metrics_request`:
-    points with ``process.pid`` get the process's, points with
-    ``aaco.gpu.index`` / ``aaco.gpu.uuid`` their GPU holder's."""
+    ``ExportMetricsServiceRequest`` built by :func:`otlp_proto.metrics_request`
+    (gauge, sum and histogram points alike): points with ``process.pid`` get
+    the process's, points with ``aaco.gpu.index`` / ``aaco.gpu.uuid`` their
+    GPU holder's."""
     if not attrs:
         return
     for rm in req.resource_metrics:
         for sm in rm.scope_metrics:
             for m in sm.metrics:
                 kind = m.WhichOneof("data")
-                points = m.gauge.data_points if kind == "gauge" else m.sum.data_points
-                for p in points:
+                if kind is None:
+                    continue
+                for p in getattr(m, kind).data_points:
                     pid = attr_value(p.attributes, op.A_PID)
                     items = (attrs.pid(host, pid) if pid is not None else attrs.gpu(
                         host, attr_value(p.attributes, op.A_GPU_INDEX),

@@ -64,6 +64,16 @@ def metric_points(
     return out
 
 
+def metrics_of(
+    requests: list[metrics_service_pb2.ExportMetricsServiceRequest], name: str,
+) -> list[tuple[dict[str, object], Any]]:
+    """Every ``Metric`` message called ``name`` in ``requests``, in order, with
+    its resource attributes (histograms included)."""
+    return [(attrs(rm.resource.attributes), m)
+            for req in requests for rm in req.resource_metrics
+            for sm in rm.scope_metrics for m in sm.metrics if m.name == name]
+
+
 class _Sink:
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -192,4 +202,5 @@ class HttpReceiver(_Sink):
         self.thread.join(timeout=5)
 
 
-__all__ = ["GrpcReceiver", "HttpReceiver", "KeyValue", "attrs", "metric_points", "spans_of"]
+__all__ = ["GrpcReceiver", "HttpReceiver", "KeyValue", "attrs", "metric_points", "metrics_of",
+           "spans_of"]
