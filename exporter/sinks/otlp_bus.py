@@ -17,7 +17,8 @@ the pod / Slurm attributes of :mod:`exporter.sinks.otlp_k8s`.
 fold and model cap); a host that sent any since the previous flush gets its
 cumulative ``aaco.llm.*`` points (:func:`exporter.sinks.otlp_llm.proto_metrics`)
 in that flush's metrics request. Calls over the model cap are counted in
-:attr:`OtlpBusBridge.drops` (``otlp_llm_model_cap``).
+:attr:`OtlpBusBridge.drops` (``otlp_llm_model_cap``; ``otlp_span_too_large``: spans
+of one iteration whose tree alone exceeds the bus's ``max_payload_bytes``).
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ from stream_analytics.llm_metrics import LlmMetrics
 
 def _empty(signal: str) -> pa.Table:
     return pa.Table.from_batches([], schema=schema.SCHEMAS[signal])
+
+
+DROP_SPAN_TOO_LARGE = "otlp_span_too_large"
+"""Drop reason: spans of a tree that fits no bus message even alone."""
 
 
 class OtlpBusBridge:
@@ -114,7 +119,9 @@ class OtlpBusBridge:
             half = kernels.num_rows // 2
             return (await self._publish_traces(bus, host, kernels.slice(0, half), iters)
                     + await self._publish_traces(bus, host, kernels.slice(half), iters))
-        self.dropped += kernels.num_rows + iters.num_rows  # one span tree over the limit
+        # one iteration's span tree (or one kernel) over the bus's payload limit
+        self.dropped += kernels.num_rows + iters.num_rows
+        self.drops[DROP_SPAN_TOO_LARGE] += kernels.num_rows + iters.num_rows
         return 0
 
     async def flush(self, bus: Bus, final: bool = False) -> int:
