@@ -468,10 +468,45 @@ GPU = DashboardSpec(
 )
 
 # --------------------------------------------------------------------------- per model
-SCHED_BY_MODEL = (
-    "* on (host, pid) group_left (model) "
-    f"(0 * max by (host, pid, model) (aaco_graph_nodes{{{HM}}}) + 1)"
-)
+PID_MODELS = f"group by (host, pid, model) (aaco_graph_nodes{{{HM}}})"
+"""1 per (host, pid, model) with an ONNX session in that process, filtered by
+``$host``, ``$model``, ``$namespace`` and ``$pod``.  A pid may have several
+models (an encoder and a decoder session in one process), so this is unique per
+(host, pid, model), not per (host, pid)."""
+
+#: The ``kind`` values of the sched counters that have one (exporter/sinks/prometheus.py).
+SCHED_KINDS = {
+    "aaco_sched_context_switches_total": ("voluntary", "involuntary"),
+    "aaco_sched_page_faults_total": ("minor", "major"),
+}
+
+
+def sched_by_model(counter: str, kind: str | None = None) -> str:
+    """PromQL: per-second rate of the pid-keyed sched ``counter`` (one ``kind`` of it,
+    if given) joined to the models of its pid: one series per (host, pid, model),
+    labels ``host``, ``pid``, ``model`` (and ``kind``), value the process's rate
+    (the same for each of its models: its threads' scheduling applies to each).
+
+    The side with several series per (host, pid), :data:`PID_MODELS`, is the
+    many side (left); the counter is summed to one series per (host, pid) (per
+    kind) on the one side, so the match never finds duplicates whatever the
+    number of models per pid (the former ``counter * on (host, pid)
+    group_left (model) <models>`` failed with "many-to-many matching not
+    allowed" when a pid had two models).
+
+    >>> sched_by_model("aaco_sched_migrations_total").startswith(PID_MODELS)
+    True
+    """
+    if kind is not None and kind not in SCHED_KINDS.get(counter, ()):
+        raise ValueError(f"{counter} has no kind {kind!r}")
+    matchers = 'host=~"$host"' + (f', kind="{kind}"' if kind else "")
+    by = "host, pid, kind" if kind else "host, pid"
+    pulled = " (kind)" if kind else ""
+    return (
+        f"{PID_MODELS} * on (host, pid) group_left{pulled} "
+        f"sum by ({by}) (rate({counter}{{{matchers}}}[{RI}]))"
+    )
+
 
 MODEL = DashboardSpec(
     uid="aaco-model",
@@ -673,11 +708,11 @@ MODEL = DashboardSpec(
                 PanelSpec(
                     "timeseries",
                     "Runqueue wait",
-                    "Seconds per second the model's threads waited on a runqueue.",
+                    "Seconds per second the threads of the model's process waited on a runqueue "
+                    "(a process running several models shows its figure once per model).",
                     (
                         _q(
-                            f'rate(aaco_sched_runqueue_wait_seconds_total{{host=~"$host"}}[{RI}]) '
-                            f"{SCHED_BY_MODEL}",
+                            sched_by_model("aaco_sched_runqueue_wait_seconds_total"),
                             "{{model}} pid {{pid}}",
                         ),
                     ),
@@ -688,10 +723,12 @@ MODEL = DashboardSpec(
                     "Context switches / s",
                     "Voluntary and involuntary context switches of the model's threads.",
                     (
-                        _q(
-                            f'rate(aaco_sched_context_switches_total{{host=~"$host"}}[{RI}]) '
-                            f"{SCHED_BY_MODEL}",
-                            "{{model}} pid {{pid}} {{kind}}",
+                        *(
+                            _q(
+                                sched_by_model("aaco_sched_context_switches_total", kind),
+                                "{{model}} pid {{pid}} {{kind}}",
+                            )
+                            for kind in SCHED_KINDS["aaco_sched_context_switches_total"]
                         ),
                     ),
                     unit="ops",
@@ -702,14 +739,15 @@ MODEL = DashboardSpec(
                     "CPU migrations and minor/major page faults of the model's threads.",
                     (
                         _q(
-                            f'rate(aaco_sched_migrations_total{{host=~"$host"}}[{RI}]) '
-                            f"{SCHED_BY_MODEL}",
+                            sched_by_model("aaco_sched_migrations_total"),
                             "{{model}} pid {{pid}} migrations",
                         ),
-                        _q(
-                            f'rate(aaco_sched_page_faults_total{{host=~"$host"}}[{RI}]) '
-                            f"{SCHED_BY_MODEL}",
-                            "{{model}} pid {{pid}} {{kind}} faults",
+                        *(
+                            _q(
+                                sched_by_model("aaco_sched_page_faults_total", kind),
+                                "{{model}} pid {{pid}} {{kind}} faults",
+                            )
+                            for kind in SCHED_KINDS["aaco_sched_page_faults_total"]
                         ),
                     ),
                     unit="ops",

@@ -40,6 +40,10 @@ LLM: a real generate loop (the arabic-name-romanizer GRU encoder-decoder, the
 ``models`` extra) runs under ``aaco-exporter instrument`` for the whole test,
 publishing its finished generate calls to the daemon's embedded NATS (on an
 ephemeral port), so the "LLM generate loops" panels must return data as well.
+Its encoder and decoder ONNX sessions are two models of one pid, which the
+daemon watches (``--pid``), so the scheduler panels' pid -> model join must
+give that pid once per model (a join that needs one model per pid fails with
+"many-to-many matching not allowed").
 """
 
 from __future__ import annotations
@@ -110,6 +114,10 @@ for bs in itertools.cycle((1, 4)):
         model.transliterate_units(names[:bs], None, 1)
     time.sleep(0.2)
 """
+
+#: (host, pid) of the processes with more than one model (the generate loop's encoder and
+#: decoder sessions): the scheduler panels must show each of its models.
+TWO_MODEL_PIDS = "count by (host, pid) (group by (host, pid, model) (aaco_graph_nodes)) > 1"
 
 #: The replayed card at its power cap (300 W of 300 W): AacoGpuPowerHigh goes pending.
 POWER_CAPPED_GPU = "1"
@@ -411,18 +419,18 @@ def test_every_panel_variable_and_rule_query_returns_data_from_live_daemon(
     with (
         FakeKubelet(kubelet_sock, {("ml", "magika-0", "server"): [("amd.com/gpu",
                                                                  ["0000:03:00.0"])]}),
+        # Its encoder and decoder sessions are two models of one pid (no AACO_MODEL_NAME).
+        # It starts first, so the daemon can watch it (--pid); its publisher retries
+        # until the daemon's NATS is up.
+        _process(llm_argv, llm_log, "generate loop",
+                 {"AACO_NATS_URL": f"nats://127.0.0.1:{nats_port}"}) as llm_proc,
         _process(
-            daemon_argv,
+            [*daemon_argv, "--pid", str(llm_proc.pid)],
             daemon_log,
             "aaco-exporter",
             {"PATH": f"{TEST_DOUBLE_BIN}{os.pathsep}{os.environ.get('PATH', os.defpath)}"},
         ) as daemon,
         _process(prom_argv, prom_log, "prometheus") as prom_proc,
-        _process(llm_argv, llm_log, "generate loop",
-                 # one model name for its encoder and decoder sessions: the scheduler
-                 # panels' join (SCHED_BY_MODEL) needs one model per pid
-                 {"AACO_NATS_URL": f"nats://127.0.0.1:{nats_port}",
-                  "AACO_MODEL_NAME": "romanizer"}) as llm_proc,
     ):
         _place_in_pod(proc_root, daemon.pid)
 
@@ -496,7 +504,27 @@ def test_every_panel_variable_and_rule_query_returns_data_from_live_daemon(
             elif expr not in absent_exprs:
                 failures.append(f"panel {panel}: no series: {rendered}")
 
-        # --- dashboard variables ----------------------------------------------------
+        # --- the scheduler panels on the generate loop's pid with two models ----------
+        two, error = prom.query(TWO_MODEL_PIDS)
+        pids = {(s["metric"]["host"], s["metric"]["pid"]) for s in two or []}
+        if not pids:
+            failures.append(f"no pid with two models ({error or 'no series'}): {TWO_MODEL_PIDS}")
+        for panel, expr in panel_queries:
+            if "on (host, pid)" not in expr:
+                continue
+            result, _ = prom.query(gen.render_query(expr, VARIABLES))
+            for host, pid in pids:
+                models = {
+                    s["metric"]["model"]
+                    for s in result or []
+                    if (s["metric"]["host"], s["metric"]["pid"]) == (host, pid)
+                }
+                if models != {"encoder", "decoder"}:
+                    failures.append(
+                        f"panel {panel}: pid {pid} shows models {models}, not its encoder "
+                        "and decoder"
+                    )
+
         for var, expr in gen.variable_queries():
             rendered = gen.render_query(expr, VARIABLES)
             result, error = prom.query(rendered)
