@@ -24,6 +24,7 @@ from collectors.base import Collector, CollectorContext, Emit, create
 from collectors.rocprof.rejects import Rejects
 from exporter import schema
 from exporter.bus import Bus, BusConfig
+from exporter.natsserver import EmbeddedNats
 from exporter.phases import Phases
 from exporter.pipeline import Pipeline
 from exporter.sinks.bundle import BundleSink, derived_metrics, env_info, finish, write_json
@@ -46,13 +47,19 @@ def _timed(it: Iterator[Emit], phases: Phases, phase: str) -> Iterator[Emit]:
         yield item
 
 
-def _peak_rss() -> dict[str, int]:
-    """Peak RSS so far of this process (``self``) and of its exited children
-    (``children``: the embedded nats-server), from ``getrusage`` (Linux: KiB)."""
+def _peak_rss(server: EmbeddedNats | None) -> dict[str, int | None]:
+    """Peak RSS in bytes of this process (``self``, ``getrusage(RUSAGE_SELF)``,
+    Linux KiB * 1024) and of the embedded nats-server (``nats_server``, its own
+    ``VmHWM`` read when it stopped; None with ``--nats URL``).
+
+    Not ``RUSAGE_CHILDREN``: that is the largest over every child waited for,
+    and a child started with ``vfork`` (``platform.platform()`` runs ``uname
+    -p`` for ``env.json``) is credited with this process's peak at its
+    ``exec``, so it read as much as ``self`` whatever nats-server used."""
     import resource
 
     return {"self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-            "children": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}
+            "nats_server": server.peak_rss_bytes if server is not None else None}
 
 
 def new_session_id() -> str:
@@ -243,7 +250,7 @@ class Session:
                 "session_id": self.id, "host": self.host,
                 "schema_version": schema.SCHEMA_VERSION, "nats": self.bus_cfg.url or "embedded",
                 "rows": counts, "drops": self.drops(), "timings_s": ph.as_dict(),
-                "peak_rss_bytes": _peak_rss(), "shortfall": self.loss(),
+                "peak_rss_bytes": _peak_rss(self.pipe.server), "shortfall": self.loss(),
                 "outbox": self.outbox_stats(), **info,
             })
         derived["shortfall"] = self.loss()
