@@ -129,10 +129,10 @@ class Session:
             log.warning("outbox: %d messages still held after %.0f s; the bus is not back",
                         left, self.bus_cfg.outbox_drain_timeout_s)
             self.bus.outbox.clear("undelivered_at_exit")
-        with self.phases.time("analytics"):
-            await self.consumer.drain()
+        with self.phases.time("analytics"):  # everything is published and stored
+            await self.consumer.drain(caught_up=True)
         with self.phases.time("bundle"):
-            await self.sink.drain()
+            await self.sink.drain(caught_up=True)
 
     async def publish(self, emits: Iterable[Emit],
                       transform: Callable[[Emit], pa.RecordBatch] | None = None) -> int:

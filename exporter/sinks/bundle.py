@@ -178,12 +178,19 @@ class BundleSink:
                 self.batches[signal].append(batch)
         return len(msgs)
 
-    async def drain(self) -> None:
+    async def drain(self, caught_up: bool = False) -> None:
         """Read until the consumer has nothing pending (a busy server's late
-        answer to the pending count is asked again, up to 5 times in a row)."""
+        answer to the pending count is asked again, up to 5 times in a row):
+        after an empty fetch (0.2 s) with nothing pending, or, with
+        ``caught_up`` (the publisher has finished: a session's drain), as
+        soon as nothing is pending and the last message the server delivered
+        has been read, without waiting for an empty fetch."""
         late = 0
+        n: int | None = None  # messages the last fetch returned; None: none yet
         while True:
-            n = await self.step()
+            if n is None and not caught_up:
+                n = await self.step()
+                continue
             try:
                 info = await self._sub.consumer_info()
             except NatsTimeout:
@@ -192,8 +199,10 @@ class BundleSink:
                     raise
                 continue
             late = 0
-            if n == 0 and info.num_pending == 0:
+            read_all = int(info.delivered.stream_seq or 0) <= self._last_seq
+            if info.num_pending == 0 and (n == 0 or (caught_up and read_all)):
                 return
+            n = await self.step()
 
     def table(self, signal: str) -> pa.Table:
         """Everything received for ``signal`` (an empty table of its schema if none).
