@@ -17,11 +17,15 @@ parse, bus, analytics, Parquet bundle, ``trace.pftrace``):
   (``VmHWM`` in ``/proc/<pid>/status``, read every 20 ms while it lives; the
   kernel keeps the maximum, so a spike between two reads is not missed) for
   the replay (Python) process and for nats-server separately, the Python
-  process's also from its own ``getrusage(RUSAGE_SELF)`` in ``session.json``;
-  for comparison ``wait4``'s ``ru_maxrss`` (the largest over the command and
-  its waited-for children, where a child started with ``vfork``, such as
-  ``platform.platform()``'s ``uname -p``, counts with its parent's peak at
-  ``exec``) and the process tree's summed RSS sampled every 20 ms (psutil); the
+  process's also as it wrote it into ``session.json`` (its VmHWM at the end);
+  for comparison ``wait4``'s ``ru_maxrss`` and the process tree's summed RSS
+  sampled every 20 ms (psutil). ``ru_maxrss`` is **not** the command's peak:
+  a process started with ``vfork`` + ``exec`` (``subprocess``) begins with
+  its parent's peak as its own ``ru_maxrss``, so every replay this script
+  started after parsing a 2M-slice trace (which takes this script to about
+  3.1 GiB) "peaked" at 3.1 GiB whatever it used (the 3,142 MiB once reported
+  for 10M rows), and the children's (``uname -p``, which ``platform.platform()``
+  runs) count too; the
   phase timings the command records in
   ``session.json`` (``timings_s``); kernel slices in the bundle's
   ``trace.pftrace`` counted by parsing it with perfetto's ``Trace`` proto
@@ -157,7 +161,10 @@ def run_replay(input_dir: Path, out: Path, rows: int, parse_trace: bool,
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
     with log_out.open("w") as fo, log_err.open("w") as fe:
-        proc = subprocess.Popen(cmd, env=env, stdout=fo, stderr=fe)
+        # cwd: ``python -c`` puts the working directory first on sys.path, so
+        # it must be the tree measured (a --baseline-ref run started from this
+        # checkout would import this checkout's code)
+        proc = subprocess.Popen(cmd, env=env, stdout=fo, stderr=fe, cwd=root)
     done = threading.Event()
 
     def sample() -> None:
@@ -178,7 +185,7 @@ def run_replay(input_dir: Path, out: Path, rows: int, parse_trace: bool,
     th = threading.Thread(target=sample, daemon=True)
     th.start()
     # wait4: this child's rusage, its waited-for children included: CPU adds up,
-    # but ru_maxrss is the max over the command and all of them (see _peaks)
+    # but ru_maxrss is not the command's own peak (see the module doc)
     _, status, ru = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     done.set()
@@ -192,7 +199,12 @@ def run_replay(input_dir: Path, out: Path, rows: int, parse_trace: bool,
     bundle = Path(stdout.strip().splitlines()[-1])
     session = json.loads((bundle / "session.json").read_text())
     got = session["rows"]["kernel_span"]
-    own = max(hwm.get(proc.pid, ("", 0))[1], session["peak_rss_bytes"]["self"])
+    # the command's own VmHWM: sampled, and (this code) from session.json, read
+    # there from /proc/self/status; older code wrote getrusage there, which
+    # starts at this benchmark's own peak (see the module doc), so it is not used
+    own = hwm.get(proc.pid, ("", 0))[1]
+    if "nats_server" in session["peak_rss_bytes"]:
+        own = max(own, session["peak_rss_bytes"]["self"])
     kids: dict[str, int] = {}
     for pid, (name, b) in hwm.items():
         if pid != proc.pid:

@@ -57,10 +57,11 @@ def vm_hwm(pid: int) -> int | None:
     """Peak resident set of live process ``pid`` so far, in bytes: ``VmHWM`` of
     ``/proc/<pid>/status`` (Linux), or None when it cannot be read.
 
-    Unlike ``getrusage(RUSAGE_CHILDREN).ru_maxrss`` this is the process's own
-    peak: that one is the largest over every waited-for child, and a child
-    started with ``vfork`` (``subprocess``, ``platform.platform()``'s
-    ``uname -p``) is credited there with its parent's peak at ``exec``."""
+    Unlike ``getrusage``'s ``ru_maxrss`` this is the process's own peak: a
+    process started with ``vfork`` + ``exec`` (``subprocess``,
+    ``platform.platform()``'s ``uname -p``) starts with ``ru_maxrss`` at its
+    parent's peak at ``exec`` (Linux ``exec_mmap``), which then also counts in
+    the parent's ``RUSAGE_CHILDREN`` (the largest over every waited-for child)."""
     try:
         with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
             for line in f:

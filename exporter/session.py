@@ -9,6 +9,7 @@ running and of writing their bundle (:meth:`Session.write_trace_bundle`).
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import time
 import uuid
@@ -24,7 +25,7 @@ from collectors.base import Collector, CollectorContext, Emit, create
 from collectors.rocprof.rejects import Rejects
 from exporter import schema
 from exporter.bus import Bus, BusConfig
-from exporter.natsserver import EmbeddedNats
+from exporter.natsserver import EmbeddedNats, vm_hwm
 from exporter.phases import Phases
 from exporter.pipeline import Pipeline
 from exporter.sinks.bundle import BundleSink, derived_metrics, env_info, finish, write_json
@@ -48,17 +49,23 @@ def _timed(it: Iterator[Emit], phases: Phases, phase: str) -> Iterator[Emit]:
 
 
 def _peak_rss(server: EmbeddedNats | None) -> dict[str, int | None]:
-    """Peak RSS in bytes of this process (``self``, ``getrusage(RUSAGE_SELF)``,
-    Linux KiB * 1024) and of the embedded nats-server (``nats_server``, its own
-    ``VmHWM`` read when it stopped; None with ``--nats URL``).
+    """Peak RSS in bytes of this process (``self``) and of the embedded
+    nats-server (``nats_server``; None with ``--nats URL``), each the
+    process's own high-water mark, ``VmHWM`` of ``/proc/<pid>/status`` (the
+    server's read when it stopped).
 
-    Not ``RUSAGE_CHILDREN``: that is the largest over every child waited for,
-    and a child started with ``vfork`` (``platform.platform()`` runs ``uname
-    -p`` for ``env.json``) is credited with this process's peak at its
-    ``exec``, so it read as much as ``self`` whatever nats-server used."""
+    Not ``getrusage``: a process started with ``vfork`` + ``exec`` (every
+    ``subprocess``) begins with ``RUSAGE_SELF``'s ``ru_maxrss`` at its
+    parent's peak (a benchmark that had parsed a 2M-slice trace made a
+    replay "peak" at 3.1 GiB), and ``RUSAGE_CHILDREN`` credits such a child
+    (``platform.platform()``'s ``uname -p``) with this process's peak.
+    ``getrusage(RUSAGE_SELF)`` only where ``/proc`` cannot be read."""
     import resource
 
-    return {"self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    own = vm_hwm(os.getpid())
+    if own is None:
+        own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {"self": own,
             "nats_server": server.peak_rss_bytes if server is not None else None}
 
 

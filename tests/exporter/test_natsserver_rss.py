@@ -1,7 +1,9 @@
 """Peak RSS per process (issue 14): ``exporter.natsserver.vm_hwm`` reads a
-process's own high-water mark, and ``replay`` records nats-server's own peak
-in ``session.json``, not ``RUSAGE_CHILDREN`` (which credits a vfork'ed child
-such as ``platform.platform()``'s ``uname -p`` with the parent's peak)."""
+process's own high-water mark, and ``replay`` records its own and
+nats-server's in ``session.json``, not ``getrusage``: a process started with
+vfork + exec begins with its parent's peak as its ``RUSAGE_SELF`` ``ru_maxrss``,
+and ``RUSAGE_CHILDREN`` credits such a child (``platform.platform()``'s
+``uname -p``) with the parent's peak."""
 
 from __future__ import annotations
 
@@ -57,6 +59,23 @@ print(before, after, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)""")
     before, after, own = (int(x) * 1024 for x in out)
     assert before < 50 * MIB
     assert after >= 200 * MIB and after <= own
+
+
+def test_a_spawned_process_starts_with_its_parent_peak_as_ru_maxrss_not_as_vm_hwm() -> None:
+    """Why the benchmark once reported a 3.1 GiB replay: a parent that peaked
+    at 200 MiB starts a child; the child's own RUSAGE_SELF ru_maxrss is at
+    least 200 MiB at once, its VmHWM a few tens of MiB."""
+    code = GROW.replace('print("ready", flush=True)\nsys.stdin.read()', """
+import subprocess
+child = ("import resource; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "
+         "open('/proc/self/status').read().split('VmHWM:')[1].split()[0])")
+print(subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                     check=True).stdout)""")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    ru_maxrss, hwm = (int(x) * 1024 for x in out)
+    assert ru_maxrss >= 200 * MIB
+    assert hwm < 100 * MIB
 
 
 def test_embedded_server_records_its_own_peak_when_stopped(tmp_path: Path) -> None:
