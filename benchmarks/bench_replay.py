@@ -291,7 +291,7 @@ def main() -> None:
     say(f"baseline (OTel SDK span + OTLP/gRPC, receiver): {base.spans:,} spans in "
         f"{base.wall_s:.2f} s wall = {base.spans_per_s:,.0f} spans/s")
     say("peak RSS MiB: own VmHWM of the replay process / of nats-server; wait4 ru_maxrss "
-        "(max over the command and its children); tree: sampled sum")
+        "(not the command's peak: a child starts at this script's own peak); tree: sampled sum")
     hdr = (f"{'code':<14} {'rows':>11} {'wall s':>7} {'cpu s':>7} {'spans/s':>9} "
            f"{'x otel':>6} {'replay':>6} {'nats':>5} {'wait4':>6} {'tree':>5} "
            f"{'trace MB':>8} {'load':>9}  phases (s)")
