@@ -446,15 +446,20 @@ def _track_ids(keys: I64, make: object) -> I64:
 
     Columnar and without a sort of the rows: each column is ranked
     (:func:`_dense_codes`) and the ranks combined into one mixed-radix code,
-    which orders the tuples as a lexicographic sort would; that code is ranked
+    which orders the tuples as a lexicographic sort would (re-ranked first
+    whenever the next column could overflow int64); that code is ranked
     again to find the distinct tuples."""
     n, k = keys.shape
     if n == 0:
         return np.empty(0, np.int64)
     code = np.zeros(n, np.int64)
+    span = 1  # every code is below span
     for i in range(k):
         rank, m = _dense_codes(keys[:, i])
-        code = code * m + rank  # < n ** k: at most 16,384 ** 2 here
+        if span * m >= 1 << 62:
+            code, span = _dense_codes(code)  # order kept, span <= n
+        code = code * m + rank
+        span *= m
     row, distinct = _dense_codes(code)
     first = np.empty(distinct, np.int64)
     first[row[::-1]] = np.arange(n - 1, -1, -1, dtype=np.int64)  # a row of each tuple
