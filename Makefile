@@ -53,7 +53,7 @@ bench: setup
 	$(PY) benchmarks/bench_outbox.py
 	$(PY) benchmarks/bench_rocprof.py
 	$(PY) benchmarks/bench_rocpd.py
-	$(PY) benchmarks/bench_replay.py
+	$(PY) benchmarks/bench_replay.py --baseline-ref c9988e4
 	$(PY) benchmarks/bench_capture_overhead.py
 	$(PY) benchmarks/bench_instrument.py
 	$(PY) benchmarks/bench_attribution.py

@@ -13,13 +13,28 @@ parse, bus, analytics, Parquet bundle, ``trace.pftrace``):
   exporter.cli import main; main()'``): **wall** clock around the subprocess;
   **CPU** = user + system of the command and everything it started (the
   nats-server), from ``os.wait4`` on the command (its rusage, waited children
-  included); **peak RSS** of the replay process (that rusage's ``ru_maxrss``:
-  the largest of the command and its children, the Python process) and of the
-  whole process tree (psutil, sampled every 20 ms: Python + nats-server); the
+  included); **peak RSS per process**: each process's own high-water mark
+  (``VmHWM`` in ``/proc/<pid>/status``, read every 20 ms while it lives; the
+  kernel keeps the maximum, so a spike between two reads is not missed) for
+  the replay (Python) process and for nats-server separately, the Python
+  process's also as it wrote it into ``session.json`` (its VmHWM at the end);
+  for comparison ``wait4``'s ``ru_maxrss`` and the process tree's summed RSS
+  sampled every 20 ms (psutil). ``ru_maxrss`` is **not** the command's peak:
+  a process started with ``vfork`` + ``exec`` (``subprocess``) begins with
+  its parent's peak as its own ``ru_maxrss``, so every replay this script
+  started after parsing a 2M-slice trace (which took this script to about
+  3.1 GiB; the trace is now parsed in a child process) "peaked" at 3.1 GiB
+  whatever it used (the 3,142 MiB once reported for 10M rows), and the
+  children's (``uname -p``, which ``platform.platform()`` runs) count too; the
   phase timings the command records in
   ``session.json`` (``timings_s``); kernel slices in the bundle's
   ``trace.pftrace`` counted by parsing it with perfetto's ``Trace`` proto
-  (asserted equal to the input rows) at the 2M size;
+  (asserted equal to the input rows) at the 2M size; the 1-minute load
+  average before and after each run (the machine may be shared);
+* ``--baseline-ref REF``: the same command of git revision REF (``git archive``
+  into the temp dir, same interpreter) on the same input, right before this
+  tree's run of each size, so before/after compare within one run (both
+  trees byte-compiled first, so neither run pays for compiling);
 * **baseline** (same run): ``csv.DictReader`` -> one OpenTelemetry SDK span per
   row (``BatchSpanProcessor``, queue as large as the input) ->
   ``OTLPSpanExporter`` over gRPC to a real OTLP/gRPC receiver child counting
@@ -30,7 +45,7 @@ Goals (issue 14): whole command >= 50x the baseline's spans/s at 2M rows; peak
 RSS <= 1 GiB at 2M and 10M rows. Both are printed as met or not.
 
 Usage: ``python benchmarks/bench_replay.py [--rows 2000000] [--big-rows 10000000]
-[--baseline-rows 50000] [--no-big] [--no-parse-trace] [--json F]``
+[--baseline-rows 50000] [--no-big] [--no-parse-trace] [--baseline-ref REF] [--json F]``
 """
 
 from __future__ import annotations
@@ -38,6 +53,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -64,11 +80,19 @@ class Run:
     rows: int
     wall_s: float
     cpu_s: float
-    peak_rss_bytes: int  # the largest process (ru_maxrss of the children)
+    peak_rss_bytes: int  # the replay (Python) process's own peak: its VmHWM
     tree_peak_rss_bytes: int  # sampled sum over the process tree
+    wait4_maxrss_bytes: int = 0  # wait4's ru_maxrss: max over the command and its children
+    children_peak_rss_bytes: dict[str, int] = field(default_factory=dict)  # name -> VmHWM
     timings_s: dict[str, float] = field(default_factory=dict)
     trace_bytes: int = 0
     kernel_slices: int | None = None
+    code: str = "this tree"
+    load: tuple[float, float] = (0.0, 0.0)  # 1-minute load average before, after
+
+    @property
+    def nats_peak_rss_bytes(self) -> int:
+        return self.children_peak_rss_bytes.get("nats-server", 0)
 
     @property
     def spans_per_s(self) -> float:
@@ -90,6 +114,23 @@ def _tree_rss(pid: int) -> int:
     return total
 
 
+def _hwm(pid: int) -> tuple[str, int] | None:
+    """``(name, VmHWM bytes)`` of a live process from ``/proc/<pid>/status``: its
+    own peak resident set so far (the kernel's high-water mark, so a spike
+    between two samples is not missed), or None once it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    name, hwm = "?", 0
+    for line in text.splitlines():
+        if line.startswith("Name:"):
+            name = line.split(None, 1)[1].strip()
+        elif line.startswith("VmHWM:"):
+            hwm = int(line.split()[1]) * 1024
+    return name, hwm
+
+
 def count_kernel_slices(trace: Path) -> int:
     """Kernel slice begins in a ``.pftrace``, read with perfetto's ``Trace`` proto
     (concatenated ``Trace`` messages parse as one; names are interned)."""
@@ -107,26 +148,44 @@ def count_kernel_slices(trace: Path) -> int:
     return n
 
 
-def run_replay(input_dir: Path, out: Path, rows: int, parse_trace: bool) -> Run:
-    """Run the whole ``aaco-exporter replay`` command once and measure it."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+def run_replay(input_dir: Path, out: Path, rows: int, parse_trace: bool,
+               root: Path = ROOT) -> Run:
+    """Run the whole ``aaco-exporter replay`` command of the tree ``root`` once
+    and measure it."""
+    env = dict(os.environ, PYTHONPATH=str(root))
     cmd = [sys.executable, "-c", "from exporter.cli import main; main()", "replay",
            str(input_dir), "--out", str(out), "--quiet"]
     peak = [0]
+    hwm: dict[int, tuple[str, int]] = {}  # pid -> (name, VmHWM) of every process seen
     log_out, log_err = out.with_suffix(".stdout"), out.with_suffix(".stderr")
+    load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
     with log_out.open("w") as fo, log_err.open("w") as fe:
-        proc = subprocess.Popen(cmd, env=env, stdout=fo, stderr=fe)
+        # cwd: ``python -c`` puts the working directory first on sys.path, so
+        # it must be the tree measured (a --baseline-ref run started from this
+        # checkout would import this checkout's code)
+        proc = subprocess.Popen(cmd, env=env, stdout=fo, stderr=fe, cwd=root)
     done = threading.Event()
 
     def sample() -> None:
+        import psutil
+
         while not done.is_set():
             peak[0] = max(peak[0], _tree_rss(proc.pid))
+            try:
+                kids = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+            except psutil.Error:
+                kids = []
+            for pid in [proc.pid, *kids]:
+                got = _hwm(pid)
+                if got is not None:
+                    hwm[pid] = (got[0], max(got[1], hwm.get(pid, got)[1]))
             time.sleep(0.02)
 
     th = threading.Thread(target=sample, daemon=True)
     th.start()
-    # wait4: this child's own rusage (CPU and ru_maxrss, its waited children included)
+    # wait4: this child's rusage, its waited-for children included: CPU adds up,
+    # but ru_maxrss is not the command's own peak (see the module doc)
     _, status, ru = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     done.set()
@@ -140,20 +199,46 @@ def run_replay(input_dir: Path, out: Path, rows: int, parse_trace: bool) -> Run:
     bundle = Path(stdout.strip().splitlines()[-1])
     session = json.loads((bundle / "session.json").read_text())
     got = session["rows"]["kernel_span"]
+    # the command's own VmHWM: sampled, and (this code) from session.json, read
+    # there from /proc/self/status; older code wrote getrusage there, which
+    # starts at this benchmark's own peak (see the module doc), so it is not used
+    own = hwm.get(proc.pid, ("", 0))[1]
+    if "nats_server" in session["peak_rss_bytes"]:
+        own = max(own, session["peak_rss_bytes"]["self"])
+    kids: dict[str, int] = {}
+    for pid, (name, b) in hwm.items():
+        if pid != proc.pid:
+            kids[name] = max(kids.get(name, 0), b)
     print(f"  rows in the bundle {got:,} of {rows:,}; drops {session['drops']}; "
           f"timings {session.get('timings_s')}; wall {wall:.1f} s; "
-          f"peak RSS by getrusage in the command {session.get('peak_rss_bytes')}; "
-          f"ru_maxrss {ru.ru_maxrss / 1024:.0f} MiB; tree peak {peak[0] / 2**20:.0f} MiB",
-          flush=True)
+          f"getrusage in the command at session.json {session.get('peak_rss_bytes')}; "
+          f"VmHWM: command {own / 2**20:.0f} MiB, children "
+          f"{ {k: round(v / 2**20) for k, v in kids.items()} } MiB; wait4 ru_maxrss "
+          f"{ru.ru_maxrss / 1024:.0f} MiB; tree peak {peak[0] / 2**20:.0f} MiB", flush=True)
     assert got == rows, session["rows"]
     cpu = ru.ru_utime + ru.ru_stime
     trace = bundle / "trace.pftrace"
-    r = Run(rows, wall, cpu, ru.ru_maxrss * 1024, peak[0], session.get("timings_s", {}),
-            trace.stat().st_size)
-    if parse_trace:
-        r.kernel_slices = count_kernel_slices(trace)
+    r = Run(rows, wall, cpu, own, peak[0], timings_s=session.get("timings_s", {}),
+            trace_bytes=trace.stat().st_size, wait4_maxrss_bytes=ru.ru_maxrss * 1024,
+            children_peak_rss_bytes=kids, load=(load0, os.getloadavg()[0]))
+    if parse_trace:  # in a child: parsing 2M slices takes about 3.1 GiB (see the module doc)
+        code = ("import sys; sys.path.insert(0, sys.argv[1]); from bench_replay import "
+                "count_kernel_slices as c; from pathlib import Path; print(c(Path(sys.argv[2])))")
+        r.kernel_slices = int(subprocess.run(
+            [sys.executable, "-c", code, str(Path(__file__).resolve().parent), str(trace)],
+            capture_output=True, text=True, check=True, env=env).stdout)
         assert r.kernel_slices == rows, f"trace has {r.kernel_slices} kernel slices != {rows}"
     return r
+
+
+def _checkout(ref: str, tmp: Path) -> Path:
+    """``git archive REF`` of this repository extracted into ``tmp/ref``."""
+    dest = tmp / "ref"
+    dest.mkdir()
+    arch = subprocess.run(["git", "-C", str(ROOT), "archive", ref], capture_output=True,
+                          check=True)
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=arch.stdout, check=True)
+    return dest
 
 
 def main() -> None:
@@ -165,6 +250,8 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="also write the figures here")
     ap.add_argument("--no-parse-trace", action="store_true",
                     help="skip parsing the first run's trace.pftrace back")
+    ap.add_argument("--baseline-ref", default="",
+                    help="also run the replay of this git revision on each input")
     a = ap.parse_args()
 
     def say(msg: str) -> None:
@@ -173,6 +260,13 @@ def main() -> None:
     sizes = [a.rows] + ([] if a.no_big else [a.big_rows])
     runs: list[Run] = []
     with tempfile.TemporaryDirectory() as d:
+        trees = [("this tree", ROOT)]
+        if a.baseline_ref:
+            trees.insert(0, (f"ref {a.baseline_ref}", _checkout(a.baseline_ref, Path(d))))
+        for _, root in trees:  # byte-compile first: a fresh checkout would compile in its run
+            subprocess.run([sys.executable, "-m", "compileall", "-q", "-x", r"/\.", *(
+                str(root / pkg) for pkg in ("exporter", "collectors", "stream_analytics"))],
+                check=False, stdout=subprocess.DEVNULL)
         for rows in sizes:
             src = Path(d) / f"in_{rows}" / str(E2E_PID)
             src.mkdir(parents=True)
@@ -187,43 +281,59 @@ def main() -> None:
                 base = bench_otel_real(p, a.baseline_rows)
                 say(f"  baseline: {base.spans:,} spans in {base.wall_s:.2f} s = "
                     f"{base.spans_per_s:,.0f} spans/s")
-            say(f"replay {rows:,} rows ...")
-            parse = rows == sizes[0] and not a.no_parse_trace
-            r = run_replay(src, Path(d) / f"out_{rows}", rows, parse_trace=parse)
-            runs.append(r)
+            for i, (code, root) in enumerate(trees):
+                say(f"replay {rows:,} rows, {code} ...")
+                parse = rows == sizes[0] and not a.no_parse_trace
+                out = Path(d) / f"out_{rows}_{i}"
+                r = run_replay(src, out, rows, parse_trace=parse, root=root)
+                r.code = code
+                runs.append(r)
+                shutil.rmtree(out, ignore_errors=True)
             p.unlink()
     say("")
     say(f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}")
     say(f"baseline (OTel SDK span + OTLP/gRPC, receiver): {base.spans:,} spans in "
         f"{base.wall_s:.2f} s wall = {base.spans_per_s:,.0f} spans/s")
-    hdr = (f"{'rows':>11} {'wall s':>8} {'cpu s':>8} {'spans/s':>11} {'x otel':>7} "
-           f"{'peak RSS MiB':>12} {'tree MiB':>9} {'trace MB':>9}  phases (s)")
+    say("peak RSS MiB: own VmHWM of the replay process / of nats-server; wait4 ru_maxrss "
+        "(not the command's peak: a child starts at this script's own peak); tree: sampled sum")
+    hdr = (f"{'code':<14} {'rows':>11} {'wall s':>7} {'cpu s':>7} {'spans/s':>9} "
+           f"{'x otel':>6} {'replay':>6} {'nats':>5} {'wait4':>6} {'tree':>5} "
+           f"{'trace MB':>8} {'load':>9}  phases (s)")
     say(hdr)
     for r in runs:
-        rss = f"{r.peak_rss_bytes / 2**20:12.0f}" if r.peak_rss_bytes > 0 else f"{'n/a':>12}"
         ph = ", ".join(f"{k} {v:.1f}" for k, v in r.timings_s.items())
-        say(f"{r.rows:>11,} {r.wall_s:8.1f} {r.cpu_s:8.1f} {r.spans_per_s:11,.0f} "
-            f"{r.spans_per_s / base.spans_per_s:7.1f} {rss} "
-            f"{r.tree_peak_rss_bytes / 2**20:9.0f} {r.trace_bytes / 1e6:9.0f}  {ph}")
-    first = runs[0]
+        say(f"{r.code:<14} {r.rows:>11,} {r.wall_s:7.1f} {r.cpu_s:7.1f} {r.spans_per_s:9,.0f} "
+            f"{r.spans_per_s / base.spans_per_s:6.1f} {r.peak_rss_bytes / 2**20:6.0f} "
+            f"{r.nats_peak_rss_bytes / 2**20:5.0f} {r.wait4_maxrss_bytes / 2**20:6.0f} "
+            f"{r.tree_peak_rss_bytes / 2**20:5.0f} {r.trace_bytes / 1e6:8.0f} "
+            f"{r.load[0]:4.1f}-{r.load[1]:<4.1f}  {ph}")
+    mine = [r for r in runs if r.code == "this tree"]
+    first = mine[0]
     ratio = first.spans_per_s / base.spans_per_s
     say(f"goal: >= {GOAL_RATIO:.0f}x the baseline's spans/s at {first.rows:,} rows: "
         f"{ratio:.1f}x, {'met' if ratio >= GOAL_RATIO else 'NOT met'}")
     for r in runs:
-        if r.peak_rss_bytes > 0:
-            ok = r.peak_rss_bytes <= GIB
-            say(f"goal: peak RSS <= 1 GiB at {r.rows:,} rows: "
-                f"{r.peak_rss_bytes / 2**20:.0f} MiB (Python process), "
-                f"{r.tree_peak_rss_bytes / 2**20:.0f} MiB (with nats-server), "
-                f"{'met' if ok else 'NOT met'}")
-    if first.kernel_slices is not None:
-        say(f"check: trace.pftrace at {first.rows:,} rows has {first.kernel_slices:,} kernel "
-            f"slices (parsed with perfetto's Trace proto)")
+        if r.code != "this tree":
+            continue
+        ok = r.peak_rss_bytes <= GIB
+        say(f"goal: peak RSS <= 1 GiB at {r.rows:,} rows: "
+            f"{r.peak_rss_bytes / 2**20:.0f} MiB (replay process), "
+            f"{r.nats_peak_rss_bytes / 2**20:.0f} MiB (nats-server), "
+            f"{'met' if ok else 'NOT met'}")
+        ref = [x for x in runs if x.rows == r.rows and x.code != "this tree"]
+        if ref:
+            say(f"vs {ref[0].code} at {r.rows:,} rows: wall {ref[0].wall_s / r.wall_s:.2f}x "
+                f"faster, CPU {ref[0].cpu_s / r.cpu_s:.2f}x less, peak RSS "
+                f"{ref[0].peak_rss_bytes / 2**20:.0f} -> {r.peak_rss_bytes / 2**20:.0f} MiB")
+    for r in runs:
+        if r.kernel_slices is not None:
+            say(f"check: trace.pftrace at {r.rows:,} rows ({r.code}) has {r.kernel_slices:,} "
+                f"kernel slices (parsed with perfetto's Trace proto)")
     if a.json:
-        out: dict[str, Any] = {"baseline": base.as_dict(),
+        res: dict[str, Any] = {"baseline": base.as_dict(),
                                "runs": [r.__dict__ | {"spans_per_s": r.spans_per_s}
                                         for r in runs]}
-        a.json.write_text(json.dumps(out, indent=2))
+        a.json.write_text(json.dumps(res, indent=2))
 
 
 if __name__ == "__main__":

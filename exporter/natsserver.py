@@ -53,6 +53,25 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def vm_hwm(pid: int) -> int | None:
+    """Peak resident set of live process ``pid`` so far, in bytes: ``VmHWM`` of
+    ``/proc/<pid>/status`` (Linux), or None when it cannot be read.
+
+    Unlike ``getrusage``'s ``ru_maxrss`` this is the process's own peak: a
+    process started with ``vfork`` + ``exec`` (``subprocess``,
+    ``platform.platform()``'s ``uname -p``) starts with ``ru_maxrss`` at its
+    parent's peak at ``exec`` (Linux ``exec_mmap``), which then also counts in
+    the parent's ``RUSAGE_CHILDREN`` (the largest over every waited-for child)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 class EmbeddedNats:
     """A nats-server child process; use as a context manager.
 
@@ -80,6 +99,9 @@ class EmbeddedNats:
         self.start_timeout_s = start_timeout_s
         self.extra_config = extra_config
         self.proc: subprocess.Popen[bytes] | None = None
+        self.peak_rss_bytes: int | None = None
+        """The server's own peak resident set (``VmHWM``, bytes), read at
+        :meth:`stop`; None before, or where ``/proc`` does not say."""
 
     @property
     def connect_host(self) -> str:
@@ -138,8 +160,10 @@ class EmbeddedNats:
             return "(no log)"
 
     def stop(self) -> None:
-        """SIGTERM, wait up to 5 s, then SIGKILL; removes a temporary state dir."""
+        """SIGTERM, wait up to 5 s, then SIGKILL; removes a temporary state dir.
+        Records the server's peak RSS first (:attr:`peak_rss_bytes`)."""
         if self.proc is not None and self.proc.poll() is None:
+            self.peak_rss_bytes = vm_hwm(self.proc.pid) or self.peak_rss_bytes
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(5)

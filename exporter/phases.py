@@ -8,9 +8,11 @@
 >>> p.summary().startswith("timings: parse ")
 True
 
-Phases: ``parse`` (reading the inputs), ``bus`` (publishing on the bus),
-``analytics`` (the analytics consumer), ``bundle`` (Parquet and JSON files
-of the bundle, the bundle sink's reading of the bus included), ``trace``
+Phases: ``parse`` (reading the inputs; ``replay`` parses in a worker thread
+ahead of the bus, so there it is the time spent waiting for the parser),
+``bus`` (publishing on the bus), ``analytics`` (the analytics consumer),
+``bundle`` (Parquet and JSON files of the bundle, the bundle sink's reading
+of the bus included), ``trace``
 (``trace.pftrace``). A phase timed several times adds up. Times are
 ``time.perf_counter`` seconds; the phases of one session do not overlap.
 """

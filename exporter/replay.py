@@ -18,6 +18,7 @@ from collectors.rocprof.replay import hip_api_table, load_paths
 from exporter.bundle_dir import BundleDir
 from exporter.bus import BusConfig
 from exporter.phases import Phases
+from exporter.prefetch import prefetch
 from exporter.progress import bar
 from exporter.roofline import write_roofline
 from exporter.session import Session
@@ -35,6 +36,7 @@ async def replay(paths: Sequence[Path], out_parent: Path, bus_cfg: BusConfig,
 
     ``progress`` shows a progress bar on stderr (when it is a terminal).
     Memory does not grow with the kernel rows: they stream from the parser
+    (a worker thread at most 4 batches ahead, :func:`exporter.prefetch.prefetch`)
     to the bus, from the bus to ``profiler/kernels.parquet``, and from that
     file to ``trace.pftrace``.
 
@@ -54,7 +56,9 @@ async def replay(paths: Sequence[Path], out_parent: Path, bus_cfg: BusConfig,
         s.progress = shown
         rows = 0
         try:
-            rows = await s.publish(load_paths(list(paths), rejects))
+            # the parser runs ahead in a thread (pyarrow's CSV reader releases
+            # the GIL), overlapping publishing, analytics and the bundle sink
+            rows = await s.publish(prefetch(load_paths(list(paths), rejects)))
             await s.drain()
         finally:
             await s.close()

@@ -9,6 +9,7 @@ running and of writing their bundle (:meth:`Session.write_trace_bundle`).
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import time
 import uuid
@@ -24,6 +25,7 @@ from collectors.base import Collector, CollectorContext, Emit, create
 from collectors.rocprof.rejects import Rejects
 from exporter import schema
 from exporter.bus import Bus, BusConfig
+from exporter.natsserver import EmbeddedNats, vm_hwm
 from exporter.phases import Phases
 from exporter.pipeline import Pipeline
 from exporter.sinks.bundle import BundleSink, derived_metrics, env_info, finish, write_json
@@ -46,13 +48,25 @@ def _timed(it: Iterator[Emit], phases: Phases, phase: str) -> Iterator[Emit]:
         yield item
 
 
-def _peak_rss() -> dict[str, int]:
-    """Peak RSS so far of this process (``self``) and of its exited children
-    (``children``: the embedded nats-server), from ``getrusage`` (Linux: KiB)."""
+def _peak_rss(server: EmbeddedNats | None) -> dict[str, int | None]:
+    """Peak RSS in bytes of this process (``self``) and of the embedded
+    nats-server (``nats_server``; None with ``--nats URL``), each the
+    process's own high-water mark, ``VmHWM`` of ``/proc/<pid>/status`` (the
+    server's read when it stopped).
+
+    Not ``getrusage``: a process started with ``vfork`` + ``exec`` (every
+    ``subprocess``) begins with ``RUSAGE_SELF``'s ``ru_maxrss`` at its
+    parent's peak (a benchmark that had parsed a 2M-slice trace made a
+    replay "peak" at 3.1 GiB), and ``RUSAGE_CHILDREN`` credits such a child
+    (``platform.platform()``'s ``uname -p``) with this process's peak.
+    ``getrusage(RUSAGE_SELF)`` only where ``/proc`` cannot be read."""
     import resource
 
-    return {"self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-            "children": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}
+    own = vm_hwm(os.getpid())
+    if own is None:
+        own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {"self": own,
+            "nats_server": server.peak_rss_bytes if server is not None else None}
 
 
 def new_session_id() -> str:
@@ -122,10 +136,10 @@ class Session:
             log.warning("outbox: %d messages still held after %.0f s; the bus is not back",
                         left, self.bus_cfg.outbox_drain_timeout_s)
             self.bus.outbox.clear("undelivered_at_exit")
-        with self.phases.time("analytics"):
-            await self.consumer.drain()
+        with self.phases.time("analytics"):  # everything is published and stored
+            await self.consumer.drain(caught_up=True)
         with self.phases.time("bundle"):
-            await self.sink.drain()
+            await self.sink.drain(caught_up=True)
 
     async def publish(self, emits: Iterable[Emit],
                       transform: Callable[[Emit], pa.RecordBatch] | None = None) -> int:
@@ -243,7 +257,7 @@ class Session:
                 "session_id": self.id, "host": self.host,
                 "schema_version": schema.SCHEMA_VERSION, "nats": self.bus_cfg.url or "embedded",
                 "rows": counts, "drops": self.drops(), "timings_s": ph.as_dict(),
-                "peak_rss_bytes": _peak_rss(), "shortfall": self.loss(),
+                "peak_rss_bytes": _peak_rss(self.pipe.server), "shortfall": self.loss(),
                 "outbox": self.outbox_stats(), **info,
             })
         derived["shortfall"] = self.loss()

@@ -131,6 +131,7 @@ class AnalyticsConsumer:
         self.deliver_all = deliver_all
         self.session = session
         self.last_seq = 0
+        self._max_fetched = 0  # highest stream sequence fetched (folded in or skipped)
         self.processed: set[int] = set()
         self.generation = 0
         self._steps = 0
@@ -299,6 +300,7 @@ class AnalyticsConsumer:
         self._unacked.extend(msgs)
         for m in msgs:
             seq = m.metadata.sequence.stream
+            self._max_fetched = max(self._max_fetched, seq)
             if seq in self.processed:
                 self.received["redelivered"] += 1
                 continue
@@ -379,17 +381,35 @@ class AnalyticsConsumer:
                  "drops": dict(self.drops), "verdicts": self.verdicts.to_dict()}
         await self._kv.put(self.durable, checkpoint.encode(state))
 
+    async def _caught_up(self) -> bool:
+        """Flush what is folded in; True when the server has nothing more to
+        deliver and this worker has read the last message it delivered."""
+        if self._unacked:
+            await self.flush()
+        info = await self._sub.consumer_info()
+        return int(info.num_pending) == 0 and \
+            int(info.delivered.stream_seq or 0) <= self._max_fetched
+
     async def pending(self) -> int:
         """Messages not yet delivered or not yet acknowledged."""
         info = await self._sub.consumer_info()
         return int(info.num_pending) + int(info.num_ack_pending)
 
-    async def drain(self, idle_polls: int = 2) -> None:
+    async def drain(self, idle_polls: int = 2, caught_up: bool = False) -> None:
         """Process until nothing is pending (used at the end of a capture), then
         resolve the kernels still waiting for an iteration span (every span of
-        the session has arrived: :meth:`Analytics.settle`) and publish."""
+        the session has arrived: :meth:`Analytics.settle`) and publish.
+
+        Without ``caught_up`` it stops after ``idle_polls`` empty fetches in a
+        row (0.2 s each) with nothing pending. ``caught_up=True`` is for a
+        publisher that has finished (every input is stored: a session's
+        drain): it stops as soon as the consumer has nothing left to deliver
+        and the last message it delivered has been folded in and flushed,
+        without waiting for empty fetches."""
         idle = 0
         while idle < idle_polls:
+            if caught_up and await self._caught_up():
+                break
             n = await self.step(timeout=0.2)
             if n == 0 and await self.pending() == 0:
                 idle += 1

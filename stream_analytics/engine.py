@@ -280,6 +280,24 @@ def _segmented_union(start: np.ndarray[Any, Any], end: np.ndarray[Any, Any],
     return busy, np.maximum(m[last] + g_start, carry)
 
 
+def split_rows(t: pa.Table, go: np.ndarray[Any, Any]) -> tuple[pa.Table, pa.Table | None]:
+    """``(rows of t where go, the other rows or None when there are none)``, each
+    in ``t``'s order; ``go``: bool array of ``t.num_rows``.
+
+    When ``go`` is a prefix (the usual case for held kernels, which leave in
+    arrival order: the ``max_held`` cap and the wall-clock grace both take the
+    oldest first) both parts are zero-copy slices, so resolving a batch does
+    not copy the up to ``max_held`` rows still held; otherwise two filters.
+    """
+    n = len(go)
+    k = int(np.argmin(go)) if n else 0  # the first False (0 when go[0] is False)
+    if n == 0 or go[k]:  # every row goes
+        return t, None
+    if not go[k:].any():
+        return t.slice(0, k), t.slice(k)
+    return t.filter(pa.array(go)), t.filter(pa.array(~go))
+
+
 class Analytics:
     """The online engine; ``window_s=None`` keeps everything (captures).
 
@@ -436,8 +454,11 @@ class Analytics:
             return []
         tt = h["t_ns"].to_numpy()
         n = len(tt)
-        idx = join_ranges(np.full(n, pid, np.int64), tt, np.full(len(j.s), pid, np.int64),
-                          j.s, j.e)
+        if len(j.s):
+            idx = join_ranges(np.full(n, pid, np.int64), tt, np.full(len(j.s), pid, np.int64),
+                              j.s, j.e)
+        else:  # no span indexed for the pid (yet): nothing can be attributed
+            idx = np.full(n, -1, np.int64)
         hit = idx >= 0
         late = (tt < j.watermark - self.grace_ns) | (
             h["arrived_ns"].to_numpy() < now - self.grace_ns)
@@ -448,8 +469,7 @@ class Analytics:
         go = hit | late
         if not go.any():
             return []
-        j.held = h.filter(pa.array(~go)) if not go.all() else None
-        out = h.filter(pa.array(go))
+        out, j.held = split_rows(h, go)
         hit_out = hit[go]
         lost = int((~hit_out).sum())
         if lost:

@@ -73,7 +73,14 @@ def kernel_stats_batches(batches: Iterable[pa.RecordBatch]) -> pa.Table:
     >>> kernel_stats_batches([b, c]).to_pylist()[0]
     {'kernel_name': 'a', 'calls': 2, 'total_ns': 15, 'avg_ns': 7, 'min_ns': 5, 'max_ns': 10}
     """
-    parts = [kernel_stats(pa.Table.from_batches([b])) for b in batches]
+    return merge_stats([kernel_stats(pa.Table.from_batches([b])) for b in batches])
+
+
+def merge_stats(parts: Iterable[pa.Table]) -> pa.Table:
+    """One :func:`kernel_stats` table from the stats of several parts of the
+    kernels (each a :func:`kernel_stats` result): calls and totals added,
+    minimum of minima, maximum of maxima, same order and schema."""
+    parts = list(parts)
     if not parts:
         return STATS_SCHEMA.empty_table()
     t = pa.concat_tables(parts)

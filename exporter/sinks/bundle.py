@@ -181,12 +181,19 @@ class BundleSink:
                 self.batches[signal].append(batch)
         return len(msgs)
 
-    async def drain(self) -> None:
+    async def drain(self, caught_up: bool = False) -> None:
         """Read until the consumer has nothing pending (a busy server's late
-        answer to the pending count is asked again, up to 5 times in a row)."""
+        answer to the pending count is asked again, up to 5 times in a row):
+        after an empty fetch (0.2 s) with nothing pending, or, with
+        ``caught_up`` (the publisher has finished: a session's drain), as
+        soon as nothing is pending and the last message the server delivered
+        has been read, without waiting for an empty fetch."""
         late = 0
+        n: int | None = None  # messages the last fetch returned; None: none yet
         while True:
-            n = await self.step()
+            if n is None and not caught_up:
+                n = await self.step()
+                continue
             try:
                 info = await self._sub.consumer_info()
             except NatsTimeout:
@@ -195,8 +202,10 @@ class BundleSink:
                     raise
                 continue
             late = 0
-            if n == 0 and info.num_pending == 0:
+            read_all = int(info.delivered.stream_seq or 0) <= self._last_seq
+            if info.num_pending == 0 and (n == 0 or (caught_up and read_all)):
                 return
+            n = await self.step()
 
     def table(self, signal: str) -> pa.Table:
         """Everything received for ``signal`` (an empty table of its schema if none).
@@ -265,21 +274,29 @@ def finish(out: Path, sink: BundleSink, key_row: dict[str, Any] | None,
     verdict goes into ``metrics/bottleneck.json``); ``hip_api`` the HIP API
     calls for the trace's API slices and launch flows
     (:func:`collectors.rocprof.replay.hip_api_table`). Kernel spans are read
-    back in batches (kernel statistics, then the trace), never as one table.
+    back once, in batches, never as one table: each batch goes to the trace and
+    to the kernel statistics (its :func:`~stream_analytics.kernel_stats.kernel_stats`,
+    merged when all are read).
     ``timer(phase)`` (e.g. :meth:`exporter.phases.Phases.time`) times the
     ``bundle`` and ``trace`` phases; ``progress(rows)`` is called as the
     trace's kernel rows are written.
     """
     from contextlib import nullcontext
 
-    from stream_analytics.kernel_stats import kernel_stats_batches
+    from stream_analytics.kernel_stats import kernel_stats, merge_stats
 
     def phase(name: str) -> Any:
         return timer(name) if timer is not None else nullcontext()
 
-    with phase("bundle"):
-        pq.write_table(kernel_stats_batches(sink.iter_batches("kernel_span")),
-                       out / "profiler/kernel_stats.parquet")
+    stats: list[pa.Table] = []  # kernel_stats of each batch, merged at the end
+
+    def kernels() -> Iterator[pa.RecordBatch]:
+        """The kernel spans, read back once for both the trace and the stats."""
+        for b in sink.iter_batches("kernel_span"):
+            stats.append(kernel_stats(pa.Table.from_batches([b])))
+            yield b
+
+    batches = kernels()
     try:  # the perfetto extra (perfetto, opentelemetry-proto); without it no trace
         for mod in ("perfetto.protos.perfetto.trace.perfetto_trace_pb2",
                     "opentelemetry.proto.trace.v1.trace_pb2"):
@@ -290,11 +307,15 @@ def finish(out: Path, sink: BundleSink, key_row: dict[str, Any] | None,
         from exporter.sinks.perfetto_trace import write_trace
 
         with phase("trace"):
-            write_trace(out / "trace.pftrace", sink.iter_batches("kernel_span"),
+            write_trace(out / "trace.pftrace", batches,
                         sink.table("iteration_span"), sched=sink.table("sched_sample"),
                         gauges=sink.table("gauge_sample"),
                         analytics=sink.table("analytics_result"),
                         hip_api=hip_api, progress=progress)
+    with phase("bundle"):
+        for _ in batches:  # what the trace did not read (none, or all without a trace)
+            pass
+        pq.write_table(merge_stats(stats), out / "profiler/kernel_stats.parquet")
     verdict: dict[str, Any] = {"class": None, "confidence": None}
     if key_row is not None:
         rows = [r for r in sink.table("bottleneck").to_pylist()

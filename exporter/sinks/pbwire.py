@@ -123,20 +123,28 @@ def assemble(groups: Sequence[Sequence[Part]], rows: npt.NDArray[np.integer]) ->
     ``groups`` are messages with ``n_g`` rows each; ``rows`` indexes their
     rows as if the groups were stacked (group 0's rows first). Each row's
     parts are laid side by side in one padded array with a mask of the bytes
-    in use; the chosen rows are taken in order and the mask compacts them."""
+    in use; the chosen rows are taken in order and the mask compacts them.
+    A part absent on every row is skipped, one present in full on every row
+    (a constant, a fixed64, a varint of one width) marks its bytes without a
+    comparison, and the others are compared straight into the mask."""
     sizes = [len(g[0].length) for g in groups]
     width = max(sum(p.data.shape[1] for p in g) for g in groups)
     total_rows = sum(sizes)
     src = np.zeros((total_rows, width), dtype=np.uint8)
     used = np.zeros((total_rows, width), dtype=bool)
-    cols = np.arange(width)
+    cols = np.arange(width, dtype=np.int64)
     r0 = 0
     for g, n in zip(groups, sizes, strict=True):
         c = 0
         for p in g:
             w = p.data.shape[1]
-            src[r0:r0 + n, c:c + w] = p.data
-            used[r0:r0 + n, c:c + w] = cols[:w] < p.length[:, None]
+            lo, hi = (int(p.length.min()), int(p.length.max())) if n else (0, 0)
+            if hi > 0:
+                src[r0:r0 + n, c:c + w] = p.data
+                if lo == w:
+                    used[r0:r0 + n, c:c + w] = True
+                else:
+                    np.less(cols[:w], p.length[:, None], out=used[r0:r0 + n, c:c + w])
             c += w
         r0 += n
     idx = np.asarray(rows, dtype=np.intp)

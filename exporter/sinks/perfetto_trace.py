@@ -429,12 +429,43 @@ def _name_processes(b: _Builder, pid: I64, model: pa.Array) -> None:
             b.process(p, f"{m} (pid {p})")
 
 
+def _dense_codes(values: I64) -> tuple[I64, int]:
+    """``(code per value, number of distinct values)``: codes ranked as the
+    distinct values sort (hash-encoded with pyarrow, then only the few
+    distinct values are sorted)."""
+    enc = pc.dictionary_encode(pa.array(values, pa.int64()))
+    order = np.argsort(enc.dictionary.to_numpy(), kind="stable")
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order), dtype=np.int64)
+    return rank[enc.indices.to_numpy()], len(order)
+
+
 def _track_ids(keys: I64, make: object) -> I64:
     """Per row the track uuid of its key tuple (``keys``: [n, k] int64), made
-    once per distinct key with ``make(*key)``."""
-    u, inv = np.unique(keys, axis=0, return_inverse=True)
-    lut = np.array([make(*map(int, k)) for k in u], dtype=np.int64)  # type: ignore[operator]
-    return lut[inv.reshape(-1)]
+    once per distinct key with ``make(*key)``, in the keys' sorted order.
+
+    Columnar and without a sort of the rows: each column is ranked
+    (:func:`_dense_codes`) and the ranks combined into one mixed-radix code,
+    which orders the tuples as a lexicographic sort would (re-ranked first
+    whenever the next column could overflow int64); that code is ranked
+    again to find the distinct tuples."""
+    n, k = keys.shape
+    if n == 0:
+        return np.empty(0, np.int64)
+    code = np.zeros(n, np.int64)
+    span = 1  # every code is below span
+    for i in range(k):
+        rank, m = _dense_codes(keys[:, i])
+        if span * m >= 1 << 62:
+            code, span = _dense_codes(code)  # order kept, span <= n
+        code = code * m + rank
+        span *= m
+    row, distinct = _dense_codes(code)
+    first = np.empty(distinct, np.int64)
+    first[row[::-1]] = np.arange(n - 1, -1, -1, dtype=np.int64)  # a row of each tuple
+    lut = np.array([make(*map(int, keys[r])) for r in first.tolist()],  # type: ignore[operator]
+                   dtype=np.int64)
+    return lut[row]
 
 
 def _gpu_chunk(b: _Builder, k: pa.RecordBatch, flows: _Flows) -> None:

@@ -34,8 +34,10 @@ the cap lowered to 50k rows 319 vs 361-389 MiB."""
 
 
 def _replay_peak_rss(src: Path, out: Path, env: dict[str, str]) -> tuple[int, dict[str, int]]:
-    """Peak RSS (bytes, ``ru_maxrss`` of the command from ``os.wait4``) and
-    the bundle's row counts of one ``replay`` run."""
+    """Peak RSS (bytes: the command's own ``VmHWM``, which it writes into
+    ``session.json``; not ``os.wait4``'s ``ru_maxrss``, which starts at this
+    test process's own peak when that is higher) and the bundle's row counts
+    of one ``replay`` run."""
     with (out.parent / f"{out.name}.stdout").open("w+") as fo, \
             (out.parent / f"{out.name}.stderr").open("w+") as fe:
         proc = subprocess.Popen([EXE, "replay", str(src), "--out", str(out), "--quiet"],
@@ -45,8 +47,9 @@ def _replay_peak_rss(src: Path, out: Path, env: dict[str, str]) -> tuple[int, di
         fe.seek(0)
         assert os.waitstatus_to_exitcode(status) == 0, fe.read()[-3000:]
         bundle = Path(fo.read().strip().splitlines()[-1])
-    rows = json.loads((bundle / "session.json").read_text())["rows"]
-    return ru.ru_maxrss * 1024, rows
+    session = json.loads((bundle / "session.json").read_text())
+    assert session["peak_rss_bytes"]["self"] <= ru.ru_maxrss * 1024
+    return int(session["peak_rss_bytes"]["self"]), session["rows"]
 
 
 @pytest.mark.slow

@@ -116,3 +116,43 @@ def test_bundle_without_generate_calls_has_no_llm_directory(
     assert "generate_span" not in sink.write(out)
     finish(out, sink, None)
     assert not (out / "llm").exists()
+
+
+def test_caught_up_drains_of_sink_and_analytics_read_everything_without_an_empty_fetch(
+        nats_server: EmbeddedNats, tmp_path: Path) -> None:
+    """After the publisher has finished (a session's drain), ``caught_up=True``:
+    the analytics consumer folds in and the sink spools every kernel row, and
+    neither waits for an empty 0.2 s fetch to learn it is done (the idle
+    polls cost 0.6 s of every replay); the analytics results it publishes at
+    the end reach the sink too."""
+    from stream_analytics.consumer import AnalyticsConsumer
+
+    async def go() -> tuple[int, int, list[int], list[int], int]:
+        bus = await Bus.open(nats_server.url, BusConfig(), "h")
+        sink = BundleSink(bus, None, spool_dir=tmp_path / "spool")
+        await sink.start()
+        con = AnalyticsConsumer(bus, durable="drain-test", window_s=None, checkpoint=False)
+        await con.start()
+        for i in range(25):
+            await bus.publish_table("kernel_span", _kernels(400, 1000 * i), f"d{i}")
+        fetched: dict[str, list[int]] = {"sink": [], "analytics": []}
+        for name, obj in (("sink", sink), ("analytics", con)):
+            step = obj.step
+
+            async def counted(timeout: float = 0.2, _s=step, _n=name) -> int:  # type: ignore[no-untyped-def]
+                n = await _s(timeout=timeout)
+                fetched[_n].append(n)
+                return int(n)
+
+            obj.step = counted  # type: ignore[method-assign]
+        await con.drain(caught_up=True)
+        await sink.drain(caught_up=True)
+        folded = sum(st.kernel_spans_total for st in con.engine.keys.values())
+        await bus.close()
+        return (sink.rows["kernel_span"], folded, fetched["sink"],
+                fetched["analytics"], sink.rows["analytics_result"])
+
+    sink_rows, folded, sink_fetches, an_fetches, results = asyncio.run(go())
+    assert sink_rows == folded == 25 * 400
+    assert 0 not in sink_fetches and 0 not in an_fetches
+    assert results >= 1  # the results the consumer published at the end
