@@ -47,6 +47,8 @@ from typing import NamedTuple
 
 import psutil
 
+from collectors.procfs import read_small
+
 GPU_DEVICES = ("/dev/kfd", "/dev/dri/renderD")
 """fd link targets (prefixes) that mark a GPU process (AMD KFD, DRM render nodes)."""
 RUNTIME_LIBS = (b"libamdhip64", b"libhsa-runtime64", b"libonnxruntime",
@@ -74,8 +76,7 @@ class ProcEntry(NamedTuple):
 def _long_name(pid: int, comm: str) -> str:
     """psutil's rule for a ``comm`` the kernel cut at 15 characters."""
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            data = f.read()
+        data = read_small(f"/proc/{pid}/cmdline")
     except OSError:
         return comm
     if not data:
@@ -98,8 +99,7 @@ def proc_entries(proc: str = "/proc") -> Iterator[ProcEntry]:
         if not d.isdigit():
             continue
         try:
-            with open(f"{proc}/{d}/stat", "rb") as f:
-                data = f.read()
+            data = read_small(f"{proc}/{d}/stat")
         except OSError:
             continue
         lp, rp = data.find(b"("), data.rfind(b")")

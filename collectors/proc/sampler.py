@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from collectors.procfs import read_small
 from exporter.schema import SCHED_SAMPLE
 
 
@@ -53,17 +54,15 @@ def read_thread(task_dir: Path | str) -> ThreadCounters | None:
     """Read one ``/proc/<pid>/task/<tid>`` directory; ``None`` if it vanished.
 
     Raises ``ValueError`` naming the file when a file has an unexpected shape.
-    Files are read as bytes with plain ``open`` (this runs for every watched
-    thread every interval); a ``comm`` that is not UTF-8 gets U+FFFD.
+    Files are read as bytes with :func:`collectors.procfs.read_small` (this
+    runs for every watched thread every interval); a ``comm`` that is not
+    UTF-8 gets U+FFFD.
     """
     d = str(task_dir)
     try:
-        with open(f"{d}/schedstat", "rb") as f:
-            sched = f.read()
-        with open(f"{d}/status", "rb") as f:
-            status = f.read()
-        with open(f"{d}/stat", "rb") as f:
-            stat = f.read()
+        sched = read_small(f"{d}/schedstat")
+        status = read_small(f"{d}/status")
+        stat = read_small(f"{d}/stat")
     except (FileNotFoundError, ProcessLookupError):
         return None
     parts = sched.split()
