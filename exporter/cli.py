@@ -568,7 +568,14 @@ def analytics(
     if not (k.isdigit() and m.isdigit() and int(k) < int(m)):
         _fail(f"--instance {instance!r} is not K/M with K < M")
     from exporter.bus import Bus
-    from stream_analytics.consumer import AnalyticsConsumer
+    from stream_analytics.consumer import AnalyticsConsumer, redelivery_horizon_s
+
+    horizon = redelivery_horizon_s(checkpoint_interval, flush_interval)
+    if horizon > DUPLICATE_WINDOW_S:
+        _fail(f"--checkpoint-interval {checkpoint_interval:g} with --flush-interval "
+              f"{flush_interval:g} needs a duplicate window of at least {horizon:g} s (the "
+              f"stream's is {DUPLICATE_WINDOW_S:g}): results re-published after a crash would "
+              "be stored twice")
 
     async def main_() -> None:
         import signal

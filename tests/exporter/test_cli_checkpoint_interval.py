@@ -29,6 +29,16 @@ def test_run_refuses_a_checkpoint_interval_beyond_the_duplicate_window() -> None
     assert "at least 212 s (--nats-duplicate-window is 120)" in r.output
 
 
+def test_the_analytics_worker_refuses_a_checkpoint_interval_beyond_the_window() -> None:
+    """``analytics --checkpoint-interval 60``: 2 x 61 + 10 = 132 s > 120 s, exit 2
+    before connecting (the URL is never dialled)."""
+    r = CliRunner().invoke(app, ["analytics", "--nats", "nats://127.0.0.1:1",
+                                 "--checkpoint-interval", "60"])
+    assert r.exit_code == 2
+    assert "--checkpoint-interval 60 with --flush-interval 1" in r.output
+    assert "at least 132 s (the stream's is 120)" in r.output
+
+
 def test_the_checkpoint_interval_config_key_is_checked_like_the_flag(tmp_path: Path) -> None:
     """``[run] checkpoint_interval = 250`` is the flag's value: refused the same way."""
     conf = tmp_path / "aaco.toml"
