@@ -280,9 +280,13 @@ def run(
         help="follow a Kineto (PyTorch profiler) trace dir, e.g. VLLM_TORCH_PROFILER_DIR")] = None,
     window: Annotated[float, typer.Option(help="analytics window, seconds")] = 30.0,
     flush_interval: Annotated[float, typer.Option(
-        min=0.1, max=8.0, help="seconds between analytics flushes (results, checkpoint, "
-                               "acks; below the 10 s ack wait): longer costs less CPU, "
+        min=0.1, max=8.0, help="seconds between analytics result flushes (spans: 50 ms "
+                               "after the stream goes quiet): longer costs less CPU, "
                                "metrics move less often")] = 1.0,
+    checkpoint_interval: Annotated[float, typer.Option(
+        min=0.0, max=300.0, help="seconds between analytics checkpoints (KV) and the input "
+                                 "acks after them; 0: at every flush. Longer costs less CPU; "
+                                 "a crash replays up to this much input")] = 30.0,
     duration: Annotated[float | None, typer.Option(help="stop after N seconds")] = None,
     state_dir: Annotated[str | None, typer.Option(
         help="embedded NATS state dir; also the outbox spool (STATE_DIR/outbox)")] = None,
@@ -397,6 +401,16 @@ def run(
     opts.web_config, opts.otlp_bus = web_config_file, otlp_bus
     opts.analytics = with_analytics
     opts.flush_interval_s = flush_interval
+    opts.checkpoint_interval_s = checkpoint_interval
+    if with_analytics:
+        from stream_analytics.consumer import redelivery_horizon_s
+
+        horizon = redelivery_horizon_s(checkpoint_interval, flush_interval)
+        if horizon > nats_duplicate_window:
+            _fail(f"--checkpoint-interval {checkpoint_interval:g} with --flush-interval "
+                  f"{flush_interval:g} needs a duplicate window of at least {horizon:g} s "
+                  f"(--nats-duplicate-window is {nats_duplicate_window:g}): results "
+                  "re-published after a crash would be stored twice")
     if host_name is not None:
         if not host_name.strip():
             _fail("--host must not be empty")
@@ -540,6 +554,9 @@ def analytics(
     partitions: Annotated[int, typer.Option(min=1, help="stream partitions by host")] = 1,
     flush_interval: Annotated[float, typer.Option(
         min=0.0, help="seconds between result/checkpoint/ack flushes")] = 1.0,
+    checkpoint_interval: Annotated[float, typer.Option(
+        min=0.0, max=300.0, help="seconds between checkpoints (and the input acks after "
+                                 "them); 0: at every flush")] = 0.0,
     instance: Annotated[str, typer.Option(help="K/M: this worker's share of the hosts")] = "0/1",
 ) -> None:
     """A standalone analytics worker: JetStream in, analytics results out.
@@ -551,7 +568,14 @@ def analytics(
     if not (k.isdigit() and m.isdigit() and int(k) < int(m)):
         _fail(f"--instance {instance!r} is not K/M with K < M")
     from exporter.bus import Bus
-    from stream_analytics.consumer import AnalyticsConsumer
+    from stream_analytics.consumer import AnalyticsConsumer, redelivery_horizon_s
+
+    horizon = redelivery_horizon_s(checkpoint_interval, flush_interval)
+    if horizon > DUPLICATE_WINDOW_S:
+        _fail(f"--checkpoint-interval {checkpoint_interval:g} with --flush-interval "
+              f"{flush_interval:g} needs a duplicate window of at least {horizon:g} s (the "
+              f"stream's is {DUPLICATE_WINDOW_S:g}): results re-published after a crash would "
+              "be stored twice")
 
     async def main_() -> None:
         import signal
@@ -563,7 +587,8 @@ def analytics(
         name = durable if m == "1" else f"{durable}-{k}"
         consumer = AnalyticsConsumer(bus, durable=name, window_s=window, batch=batch,
                                      instance=int(k), instances=int(m),
-                                     flush_interval_s=flush_interval, sched_keys=True)
+                                     flush_interval_s=flush_interval, sched_keys=True,
+                                     checkpoint_interval_s=checkpoint_interval)
         await consumer.start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -80,7 +80,8 @@ class DaemonOptions:
     attach_discovered: bool = False
     rocprofv3: str = "rocprofv3"
     analytics: bool = True  # False: no own consumer; a standalone worker serves this host
-    flush_interval_s: float = 1.0  # analytics results, checkpoint and acks at most this often
+    flush_interval_s: float = 1.0  # analytics results at most this often
+    checkpoint_interval_s: float = 30.0  # analytics checkpoint, then input acks, this often
 
     def watch_mode(self) -> str:
         """``auto`` or ``none``: auto by default, except as a lab load generator
@@ -172,6 +173,7 @@ async def run_daemon(opts: DaemonOptions, bus_cfg: BusConfig,
             bus, durable=f"aaco-analytics-{schema.sanitize_token(opts.host)}",
             window_s=opts.window_s, checkpoint=True, hosts=[opts.host],
             sched_keys=True, flush_interval_s=opts.flush_interval_s,
+            checkpoint_interval_s=opts.checkpoint_interval_s,
             idle_flush=False)  # one flush per interval, however the collectors interleave
         await consumer.start()
 

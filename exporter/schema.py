@@ -374,11 +374,16 @@ def conform(signal: str, table: pa.Table | pa.RecordBatch) -> pa.RecordBatch:
     values cannot be cast.
     """
     schema = SCHEMAS[signal]
-    if isinstance(table, pa.RecordBatch) and table.schema.equals(schema):
-        for f in schema:  # already conformed upstream: only the null check remains
-            if not f.nullable and table.column(f.name).null_count:
-                raise SchemaError("null_field", f"{signal}: required field {f.name!r} has nulls")
-        return table
+    if table.schema.equals(schema):  # built in the schema: only the null check remains
+        for i in _REQUIRED[signal]:
+            if table.column(i).null_count:
+                raise SchemaError("null_field", f"{signal}: required field "
+                                                f"{schema.field(i).name!r} has nulls")
+        if isinstance(table, pa.RecordBatch):
+            return table
+        batches = table.combine_chunks().to_batches()
+        if len(batches) == 1:
+            return batches[0]
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
     n = table.num_rows

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -304,6 +304,45 @@ def _per_gpu_window(t: pa.Table) -> list[np.ndarray]:
     return [val[gpu == g] for g in dict.fromkeys(gpu.tolist())]
 
 
+_PARTS: dict[str, tuple[str, str | None, str | None]] = {
+    "gfx": (GAUGE_UTILIZATION, "hw.gpu.task", "general"),
+    "mem": (GAUGE_UTILIZATION, "hw.gpu.task", "memory"),
+    "act_general": (GAUGE_ACTIVITY, "hw.gpu.task", "general"),
+    "act_memory": (GAUGE_ACTIVITY, "hw.gpu.task", "memory"),
+    "throttle_ratio": (GAUGE_THROTTLE_RATIO, None, None),
+    "throttled": (GAUGE_THROTTLED, "reason", "any"),
+    "power": (GAUGE_POWER, None, None),
+    "power_limit": (GAUGE_POWER_LIMIT, None, None),
+    "sclk": (GAUGE_CLOCK, "clock", "sclk"),
+}
+"""The gauge rows :func:`gauge_features` reads: part -> (metric, attribute
+key, attribute value), ``None``: every row of the metric."""
+
+
+def gauge_parts(gauges: pa.Table) -> dict[str, pa.Table]:
+    """The rows of ``gauges`` (GAUGE_SAMPLE) that :func:`gauge_features`
+    reads, per part of :data:`_PARTS`: tables of ``ts_ns``, ``value``,
+    ``gpu_index`` in row order. Taken once per batch, so a window of batches
+    is summarised by concatenating small tables (:func:`features_from_parts`)
+    instead of filtering the whole window at every flush."""
+    # Rows are picked by index from the plain columns; the attribute map is
+    # looked up only on the rows of one metric (filtering a many-chunk table
+    # with its map column costs ~100x more on a window of 30 batches).
+    base = gauges.select(["ts_ns", "value", "gpu_index"]).combine_chunks()
+    metric = gauges.column("metric").cast(pa.string())
+    attrs = gauges.column("attributes")
+
+    def rows(name: str, key: str | None, want: str | None) -> pa.Table:
+        idx = pc.indices_nonzero(pc.equal(metric, name))
+        sub = base.take(idx)
+        if key is not None and sub.num_rows:
+            found = pc.map_lookup(attrs.take(idx), pa.scalar(key), "first")
+            sub = sub.filter(pc.fill_null(pc.equal(found, want), False))
+        return sub
+
+    return {part: rows(*spec) for part, spec in _PARTS.items()}
+
+
 def gauge_features(gauges: pa.Table) -> dict[str, float]:
     """GPU activity, throttle residency, power and clock signals of a window of
     GAUGE_SAMPLE rows (all GPUs of a host; metric names of ``collectors/gpu``).
@@ -326,27 +365,23 @@ def gauge_features(gauges: pa.Table) -> dict[str, float]:
     """
     if gauges.num_rows == 0:
         return {}
-    # Rows are picked by index from the plain columns; the attribute map is
-    # looked up only on the rows of one metric (filtering a many-chunk table
-    # with its map column costs ~100x more on a window of 30 batches).
-    base = gauges.select(["ts_ns", "value", "gpu_index"]).combine_chunks()
-    metric = gauges.column("metric").cast(pa.string())
-    attrs = gauges.column("attributes")
+    return features_from_parts([gauge_parts(gauges)])
 
-    def rows(name: str, key: str | None = None, want: str | None = None) -> pa.Table:
-        idx = pc.indices_nonzero(pc.equal(metric, name))
-        sub = base.take(idx)
-        if key is not None and sub.num_rows:
-            found = pc.map_lookup(attrs.take(idx), pa.scalar(key), "first")
-            sub = sub.filter(pc.fill_null(pc.equal(found, want), False))
-        return sub
+
+def features_from_parts(window: Sequence[Mapping[str, pa.Table]]) -> dict[str, float]:
+    """:func:`gauge_features` of the concatenation of the batches whose
+    :func:`gauge_parts` are ``window`` (oldest first): the same rows in the
+    same order, so the same values."""
+    if not window:
+        return {}
+    part = {k: pa.concat_tables([w[k] for w in window]).combine_chunks() for k in _PARTS}
 
     def mean(sub: pa.Table) -> float | None:
         return float(pc.mean(sub.column("value")).as_py()) if sub.num_rows else None
 
     out: dict[str, float] = {}
-    gfx = mean(rows(GAUGE_UTILIZATION, "hw.gpu.task", "general"))
-    mem = mean(rows(GAUGE_UTILIZATION, "hw.gpu.task", "memory"))
+    gfx = mean(part["gfx"])
+    mem = mean(part["mem"])
     if gfx is not None:
         out["gfx_activity"] = gfx
     if mem is not None:
@@ -356,22 +391,22 @@ def gauge_features(gauges: pa.Table) -> dict[str, float]:
     else:
         acc = []
         for task in ("general", "memory"):
-            per = _per_gpu_window(rows(GAUGE_ACTIVITY, "hw.gpu.task", task))
+            per = _per_gpu_window(part[f"act_{task}"])
             acc.append(sum(float(v[-1] - v[0]) if len(v) >= 2 else float(v[-1]) for v in per))
         if acc[0] + acc[1] > 0:
             out["mem_share"] = acc[1] / (acc[0] + acc[1])
-    ratio = rows(GAUGE_THROTTLE_RATIO)
+    ratio = part["throttle_ratio"]
     if ratio.num_rows:
         worst = ratio.group_by(["ts_ns", "gpu_index"]).aggregate([("value", "max")])
         out["throttle_residency"] = float(pc.mean(worst.column("value_max")).as_py())
     else:
-        thr = mean(rows(GAUGE_THROTTLED, "reason", "any"))
+        thr = mean(part["throttled"])
         if thr is not None:
             out["throttle_residency"] = thr
-    pw, lim = mean(rows(GAUGE_POWER)), rows(GAUGE_POWER_LIMIT)
+    pw, lim = mean(part["power"]), part["power_limit"]
     if pw is not None and lim.num_rows and pc.max(lim.column("value")).as_py() > 0:
         out["power_cap_ratio"] = pw / float(pc.max(lim.column("value")).as_py())
-    cvs = [float(v.std() / v.mean()) for v in _per_gpu_window(rows(GAUGE_CLOCK, "clock", "sclk"))
+    cvs = [float(v.std() / v.mean()) for v in _per_gpu_window(part["sclk"])
            if len(v) >= 2 and v.mean() > 0]  # fmt: skip
     if cvs:
         out["clock_cv"] = float(np.mean(cvs))

@@ -4,20 +4,25 @@ It pulls ``kernel_span``, ``iteration_span``, ``graph_info``,
 ``sched_sample`` and ``gauge_sample`` messages through a durable pull
 consumer and folds them into the engine. At most every ``flush_interval_s``
 (and whenever the stream goes idle, unless ``idle_flush=False``) it
-publishes changed keys' results on
-``aaco.v1.analytics_result.<host>``, checkpoints, and only then
-acknowledges the inputs folded in since the last flush.
+publishes changed keys' results on ``aaco.v1.analytics_result.<host>``.
+At most every ``checkpoint_interval_s`` (``0``, the default: at every
+flush; the daemon: 30 s), and whenever :data:`COMMIT_AFTER` messages await
+their ack, it checkpoints and only then acknowledges the inputs folded in
+since the last checkpoint: an input is never acknowledged before a
+checkpoint holding its effect is stored.
 
-Exactly-once state across restarts: after each fetched batch the engine
-state and the stream sequences it has folded in (those above the consumer's
-ack floor) are checkpointed to the JetStream key-value bucket
-``aaco_analytics`` before the acks. A consumer killed at any point resumes
-from the checkpoint. Redelivery is not in order (a message fetched by the
-dead process comes back after ``ack_wait``, behind newer ones), so the
-checkpoint keeps the set of processed sequences, not a high-water mark; a
-redelivered message in that set is acknowledged without being folded in
-again. The set is pruned to sequences above the ack floor, so it stays
-bounded by ``max_ack_pending``.
+Exactly-once state across restarts: the engine state and the stream
+sequences it has folded in (those above the consumer's ack floor) are
+checkpointed to the JetStream key-value bucket ``aaco_analytics`` before
+the acks. A consumer killed at any point resumes from the last checkpoint;
+the inputs folded in after it were not acknowledged and come back after
+``ack_wait`` (:func:`ack_wait_s`: longer than the checkpoint interval, so
+a live consumer's inputs are never redelivered to it). Redelivery is not in
+order (a message fetched by the dead process comes back after ``ack_wait``,
+behind newer ones), so the checkpoint keeps the set of processed sequences,
+not a high-water mark; a redelivered message in that set is acknowledged
+without being folded in again. The set is pruned to sequences above the ack
+floor, so it stays bounded by ``max_ack_pending``.
 
 Replicas: the durable consumer and the KV bucket get the stream's replica
 count (:attr:`exporter.bus.Bus.replicas`, set by ``--stream-replicas``); an
@@ -34,12 +39,20 @@ the worker's own host, so a worker serving several hosts feeds each node's
 host-scoped sinks. An existing durable whose filter differs (a daemon
 upgraded from reading every host) is updated in place at :meth:`start`.
 
-Result message ids are ``<durable>:<generation>:<first>-<last>:<count>:<host>``
-(drift and bottleneck tables add ``:d`` / ``:b`` before ``:<host>``), where
-the generation counts checkpointed steps. A consumer that published and then
-died before checkpointing re-publishes from the same state with the same id
-(JetStream drops the identical copy); any other state gets a new id, so a
-late redelivered batch never has its result deduplicated away.
+Result message ids are
+``<durable>:<generation>:<first>-<last>:<count>:<chain>:<host>`` (drift and
+bottleneck tables add ``:d`` / ``:b`` before ``:<host>``), where the
+generation counts flushes with new inputs (it is checkpointed), ``first``,
+``last`` and ``count`` describe this flush's new sequences and ``chain`` is
+a digest of every flush's sequence set since the last checkpoint. A
+consumer that published and then died before checkpointing re-publishes,
+from the checkpoint, the same flushes with the same ids (JetStream drops
+each identical copy inside its duplicate window, which must span
+:func:`redelivery_horizon_s`); any other history since the checkpoint gets
+new ids, so a result of a different state is never deduplicated away. Until
+the inputs of a dead consumer are redelivered (``ack_wait``), results
+published after a restart may show less than those published before it
+(at most one checkpoint interval's inputs).
 
 A message that cannot be decoded is acknowledged, logged, and counted in
 ``drops[reason]`` (exported as ``aaco_exporter_events_dropped_total``).
@@ -53,7 +66,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import logging
+from array import array
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -78,14 +93,49 @@ IDLE_FLUSH_S = 0.05
 """How long the stream must stay quiet before folded-in messages are flushed (s)."""
 SPAN_SIGNALS = frozenset({"kernel_span", "iteration_span", "graph_info"})
 """Inputs whose results are flushed as soon as the stream goes quiet."""
+COMMIT_AFTER = 5_000
+"""Messages awaiting their ack that force a checkpoint and the acks, whatever
+the interval (the durable's ``max_ack_pending`` is 10x this)."""
+ACK_WAIT_S = 10.0
+"""``ack_wait`` when every flush checkpoints; else the margin added to the intervals."""
+
+
+def ack_wait_s(checkpoint_interval_s: float, flush_interval_s: float) -> float:
+    """The durable's ``ack_wait`` (s): :data:`ACK_WAIT_S` when every flush
+    checkpoints (``checkpoint_interval_s <= 0``), else the longest an input
+    waits for the checkpoint that holds it (``checkpoint_interval_s`` plus
+    one ``flush_interval_s``) plus :data:`ACK_WAIT_S`.
+
+    >>> ack_wait_s(0, 1.0), ack_wait_s(30.0, 1.0)
+    (10.0, 41.0)
+    """
+    if checkpoint_interval_s <= 0:
+        return ACK_WAIT_S
+    return checkpoint_interval_s + flush_interval_s + ACK_WAIT_S
+
+
+def redelivery_horizon_s(checkpoint_interval_s: float, flush_interval_s: float) -> float:
+    """Longest time (s) from a result's publication to its re-publication by a
+    consumer restarted at once after a crash: the result may be a whole
+    checkpoint interval (plus a flush) older than the crash, and its inputs
+    come back after ``ack_wait``. The stream's duplicate window must be at
+    least this for the copy to be dropped (``run`` checks it).
+
+    >>> redelivery_horizon_s(30.0, 1.0)
+    72.0
+    """
+    return (max(checkpoint_interval_s, 0.0) + flush_interval_s
+            + ack_wait_s(checkpoint_interval_s, flush_interval_s))
 
 
 class AnalyticsConsumer:
     """One durable analytics worker.
 
     ``window_s=None`` evaluates the whole stream (captures); ``checkpoint``
-    enables the KV checkpoint; ``deliver_all`` replays the stream from its
-    start on first creation (else only new messages). ``hosts`` limits the
+    enables the KV checkpoint, written at most every ``checkpoint_interval_s``
+    seconds (``0``: at every flush), inputs acknowledged after it;
+    ``deliver_all`` replays the stream from its start on first creation (else
+    only new messages). ``hosts`` limits the
     inputs to those hosts' subjects (``None``: every host); it cannot be
     combined with ``instances > 1``, which splits hosts by partition.
     """
@@ -106,6 +156,7 @@ class AnalyticsConsumer:
         instances: int = 1,
         sched_keys: bool = False,
         hosts: Sequence[str] | None = None,
+        checkpoint_interval_s: float = 0.0,
     ) -> None:
         if not 0 <= instance < instances:
             raise ValueError(f"instance {instance} is not in 0..{instances - 1}")
@@ -116,11 +167,15 @@ class AnalyticsConsumer:
         self.instance, self.instances = instance, instances
         self.bus = bus
         self.flush_interval_s = flush_interval_s
+        self.checkpoint_interval_s = checkpoint_interval_s
         self.idle_flush = idle_flush
-        self._unacked: list[Any] = []
+        self._unacked: list[Any] = []  # fetched since the last checkpoint
         self._spans_waiting = False  # spans folded in since the last flush
         self._new: list[int] = []
         self._last_flush = 0.0
+        self._last_commit = 0.0
+        self._chain = b""  # digest of the flushes' sequence sets since the checkpoint
+        self._saved_generation = -1  # generation of the last checkpoint stored
         self.durable = durable
         self.sched_keys = sched_keys  # see Analytics: SII for processes without kernels
         self.engine = Analytics(window_s=window_s, sched_keys=sched_keys)
@@ -134,7 +189,7 @@ class AnalyticsConsumer:
         self._max_fetched = 0  # highest stream sequence fetched (folded in or skipped)
         self.processed: set[int] = set()
         self.generation = 0
-        self._steps = 0
+        self._commits = 0
         self.received: Counter[str] = Counter()
         self.drops: Counter[str] = Counter()
         self.results_published = 0
@@ -148,8 +203,8 @@ class AnalyticsConsumer:
             ack_policy=AckPolicy.EXPLICIT,
             deliver_policy=DeliverPolicy.ALL if self.deliver_all else DeliverPolicy.NEW,
             filter_subjects=self.filter_subjects(),
-            max_ack_pending=50_000,
-            ack_wait=10,
+            max_ack_pending=10 * COMMIT_AFTER,
+            ack_wait=ack_wait_s(self.checkpoint_interval_s, self.flush_interval_s),
             num_replicas=self.bus.replicas,
         )
         await self._update_filter(cfg)
@@ -205,13 +260,13 @@ class AnalyticsConsumer:
         self.engine.sched_keys = self.sched_keys
         self.last_seq = int(state["last_seq"])
         self.processed = set(state.get("processed", []))
-        self.generation = int(state.get("generation", 0))
+        self.generation = self._saved_generation = int(state.get("generation", 0))
         self.drops.update(state.get("drops", {}))
         log.info("resumed %s at stream sequence %d", self.durable, self.last_seq)
 
     async def _update_filter(self, cfg: ConsumerConfig) -> None:
-        """Give an existing durable ``cfg``'s filter subjects and replica
-        count if they differ (a refused replica change is logged once).
+        """Give an existing durable ``cfg``'s filter subjects, replica count
+        and ``ack_wait`` if they differ (a refused replica change is logged once).
 
         nats-py binds to an existing durable without changing it, so a daemon
         upgraded to host scoping would otherwise keep reading every host.
@@ -228,6 +283,8 @@ class AnalyticsConsumer:
                      cfg.filter_subjects)
         elif replicas != cfg.num_replicas:
             log.info("consumer %s: replicas %d -> %s", self.durable, replicas, cfg.num_replicas)
+        elif c.ack_wait != cfg.ack_wait:  # a checkpoint interval changed
+            log.info("consumer %s: ack_wait %s -> %s s", self.durable, c.ack_wait, cfg.ack_wait)
         else:
             return
         try:
@@ -264,18 +321,19 @@ class AnalyticsConsumer:
     async def step(self, timeout: float = 0.5) -> int:
         """Fetch and fold one batch; returns the number of messages fetched.
 
-        Flushes (results, checkpoint, acks) when ``flush_interval_s`` has
-        passed, many messages await their ack, or (with ``idle_flush``, the
-        default) nothing was fetched. Without ``idle_flush`` (the daemon) a
-        pause in the inputs waits for the interval too, so collectors ticking
-        at different phases cost one flush per interval, not one each --
-        except after spans (``kernel_span``, ``iteration_span``,
-        ``graph_info``): those are flushed once the stream stays quiet for
-        :data:`IDLE_FLUSH_S`, so a span reaches the sinks well within a second
-        (event latency) while the always-on background stays cheap.
+        Flushes (results; the checkpoint and acks when due, see :meth:`flush`)
+        when ``flush_interval_s`` has passed, :data:`COMMIT_AFTER` messages
+        await their ack, or (with ``idle_flush``, the default) nothing was
+        fetched. Without ``idle_flush`` (the daemon) a pause in the inputs
+        waits for the interval too, so collectors ticking at different phases
+        cost one flush per interval, not one each -- except after spans
+        (``kernel_span``, ``iteration_span``, ``graph_info``): those are
+        flushed once the stream stays quiet for :data:`IDLE_FLUSH_S`, so a
+        span reaches the sinks well within a second (event latency) while the
+        always-on background stays cheap.
         """
         prompt = self.idle_flush or self._spans_waiting
-        if self._unacked and prompt:
+        if self._new and prompt:
             timeout = min(timeout, IDLE_FLUSH_S)
         try:
             msgs = await self._sub.fetch(self.batch, timeout=timeout)
@@ -284,16 +342,18 @@ class AnalyticsConsumer:
         self._fold(msgs)
         now = asyncio.get_running_loop().time()
         prompt = self.idle_flush or self._spans_waiting
-        if self._unacked and ((not msgs and prompt) or len(self._unacked) >= 5_000
+        if self._unacked and ((not msgs and prompt and self._new)
+                              or len(self._unacked) >= COMMIT_AFTER
                               or now - self._last_flush >= self.flush_interval_s):
             await self.flush()
         elif (not msgs and self.engine.window_s is not None and self.engine.held_kernels()
               and now - self._last_flush >= self.flush_interval_s):
             # an idle stream still resolves kernels whose grace ran out (results() does)
+            await self._publish_results([])
             self.generation += 1
-            await self._publish_results(self.last_seq, self.last_seq, 0)
-            await self._save()
             self._last_flush = now
+            if self._commit_due(now):
+                await self._commit(now)
         return len(msgs)
 
     def _fold(self, msgs: list[Any]) -> None:
@@ -326,22 +386,43 @@ class AnalyticsConsumer:
                 self.drops["bad_values"] += 1
                 log.warning("dropped %s batch seq %d: %s", signal, seq, e)
 
-    async def flush(self) -> None:
-        """Publish results, checkpoint, then ack everything folded in so far."""
+    async def flush(self, commit: bool = False) -> None:
+        """Publish the results of what was folded in since the last flush;
+        then, when ``commit`` or due (:meth:`_commit_due`), checkpoint and ack
+        everything folded in since the last checkpoint."""
         self._spans_waiting = False
         new, self._new = self._new, []
         if new:
             self.last_seq = max(self.last_seq, *new)
-            await self._publish_results(min(new), max(new), len(new))
+            await self._publish_results(new)
             self.generation += 1
+        now = asyncio.get_running_loop().time()
+        self._last_flush = now
+        if commit or self._commit_due(now):
+            await self._commit(now)
+
+    def _commit_due(self, now: float) -> bool:
+        """Whether the checkpoint (and the acks after it) is due: without a
+        KV checkpoint, at every flush; else once ``checkpoint_interval_s`` has
+        passed since the last one or :data:`COMMIT_AFTER` messages wait."""
+        return (self._kv is None or now - self._last_commit >= self.checkpoint_interval_s
+                or len(self._unacked) >= COMMIT_AFTER)
+
+    async def _commit(self, now: float) -> None:
+        """Checkpoint (when the state changed since the last one), then ack
+        every message fetched before it. A failed checkpoint raises and acks
+        nothing: the messages stay unacknowledged until a later commit."""
+        if self.generation != self._saved_generation:
             await self._save()
+            self._saved_generation = self.generation
+        self._chain = b""
         unacked, self._unacked = self._unacked, []
         for m in unacked:
             await m.ack()
-        self._last_flush = asyncio.get_running_loop().time()
-        self._steps += 1
-        if self._steps % 50 == 0:
-            await self._prune()
+        self._last_commit = now
+        self._commits += 1
+        if self._commits % 50 == 0 or self.checkpoint_interval_s >= 1.0:
+            await self._prune()  # at most once a second
 
     async def _prune(self) -> None:
         """Forget processed sequences at or below the ack floor (never redelivered)."""
@@ -354,9 +435,19 @@ class AnalyticsConsumer:
         for host, rows in split_by_host(table, self.bus.host):
             await self.bus.publish_table(signal, rows, f"{key}:{host}", host=host)
 
-    async def _publish_results(self, first: int, last: int, count: int) -> None:
+    def _flush_key(self, new: Sequence[int]) -> str:
+        """This flush's message id stem (see the module doc); the chain digest
+        extends the previous one with this flush's sorted new sequences."""
+        seqs = array("q", sorted(new)).tobytes()
+        self._chain = hashlib.blake2b(self._chain + seqs, digest_size=6).digest()
+        first, last = (min(new), max(new)) if new else (self.last_seq, self.last_seq)
+        return f"{self.durable}:{self.generation}:{first}-{last}:{len(new)}:{self._chain.hex()}"
+
+    async def _publish_results(self, new: Sequence[int]) -> None:
+        """Publish the changed keys' results (and drift, bottleneck) of the
+        flush whose new stream sequences are ``new``."""
         table = self.engine.results(only_dirty=True)
-        key = f"{self.durable}:{self.generation}:{first}-{last}:{count}"
+        key = self._flush_key(new)
         if table.num_rows:
             await self._publish_per_host("analytics_result", table, key)
             self.results_published += table.num_rows
@@ -384,7 +475,7 @@ class AnalyticsConsumer:
     async def _caught_up(self) -> bool:
         """Flush what is folded in; True when the server has nothing more to
         deliver and this worker has read the last message it delivered."""
-        if self._unacked:
+        if self._new or self._unacked:
             await self.flush()
         info = await self._sub.consumer_info()
         return int(info.num_pending) == 0 and \
@@ -398,7 +489,9 @@ class AnalyticsConsumer:
     async def drain(self, idle_polls: int = 2, caught_up: bool = False) -> None:
         """Process until nothing is pending (used at the end of a capture), then
         resolve the kernels still waiting for an iteration span (every span of
-        the session has arrived: :meth:`Analytics.settle`) and publish.
+        the session has arrived: :meth:`Analytics.settle`), publish and
+        checkpoint. An empty fetch checkpoints and acks at once, whatever
+        ``checkpoint_interval_s``: messages awaiting their ack are pending.
 
         Without ``caught_up`` it stops after ``idle_polls`` empty fetches in a
         row (0.2 s each) with nothing pending. ``caught_up=True`` is for a
@@ -411,17 +504,20 @@ class AnalyticsConsumer:
             if caught_up and await self._caught_up():
                 break
             n = await self.step(timeout=0.2)
+            if n == 0 and (self._unacked or self._new):
+                await self.flush(commit=True)
             if n == 0 and await self.pending() == 0:
                 idle += 1
             else:
                 idle = 0
         if self.engine.settle():
+            await self._publish_results([])
             self.generation += 1
-            await self._publish_results(self.last_seq, self.last_seq, 0)
-            await self._save()
+        await self.flush(commit=True)
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Loop until ``stop`` is set; never raises on bad input."""
+        """Loop until ``stop`` is set; never raises on bad input. At the end,
+        publishes, checkpoints and acks what was folded in last."""
         while not stop.is_set():
             try:
                 await self.step()
@@ -430,6 +526,6 @@ class AnalyticsConsumer:
                 log.error("analytics step failed: %s", e)
                 await asyncio.sleep(0.5)
         try:
-            await self.flush()  # results and acks of what was folded in last
+            await self.flush(commit=True)
         except Exception as e:
             log.error("final analytics flush failed: %s", e)

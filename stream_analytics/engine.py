@@ -55,7 +55,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from exporter.ranges import join_ranges, kernel_join_time
-from stream_analytics.sii import active_totals
 
 MICRO_KERNEL_NS = 10_000
 """Kernels shorter than this (10 us) count as micro-kernels (launch-bound evidence)."""
@@ -643,19 +642,36 @@ class Analytics:
                 self._evict(st)
 
     def _sched(self, host: str, t: pa.Table) -> None:
-        pids = pc.unique(t.column("pid")).to_pylist()
+        """Fold a SCHED_SAMPLE table: per pid, the active rows' run-queue wait
+        and wall time (:func:`~stream_analytics.sii.active_totals`) and the
+        involuntary switches, from one group-by over the batch (not a filter
+        per pid), plus the newest ``comm`` of its main thread."""
+        if t.num_rows == 0:
+            return
         ts = int(pc.max(t.column("ts_ns")).as_py())
         now = time.time_ns()
-        for p in pids:
-            sub = t.filter(pc.equal(t.column("pid"), p))
-            wait, wall = active_totals(sub)
-            invol = int(pc.sum(sub.column("involuntary_switches")).as_py() or 0)
+        pid_col = t.column("pid")
+        active = pc.greater(pc.add(t.column("run_ns"), t.column("runq_wait_ns")), 0)
+        per = pa.table({"pid": pid_col,
+                        "wait": pc.if_else(active, t.column("runq_wait_ns"), None),
+                        "wall": pc.if_else(active, t.column("interval_ns"), None),
+                        "invol": t.column("involuntary_switches")})
+        sums = per.group_by("pid", use_threads=False).aggregate(
+            [("wait", "sum"), ("wall", "sum"), ("invol", "sum")]).to_pydict()
+        totals = {p: (int(w or 0), int(wl or 0), int(i or 0)) for p, w, wl, i in zip(
+            sums["pid"], sums["wait_sum"], sums["wall_sum"], sums["invol_sum"], strict=True)}
+        comms: dict[int, str] = {}
+        if "comm" in t.column_names:  # the newest wins: exec() renames a process
+            main = t.filter(pc.equal(t.column("tid"), pid_col)).select(["pid", "comm"])
+            for p, c in zip(main.column("pid").to_pylist(), main.column("comm").to_pylist(),
+                            strict=True):
+                if c:
+                    comms[p] = c
+        for p in pc.unique(pid_col).to_pylist():  # first-seen order, as the keys are made
+            wait, wall, invol = totals[p]
             self.sched.setdefault((host, int(p)), deque()).append((ts, wait, wall, invol))
-            if "comm" in sub.column_names:  # the newest wins: exec() renames a process
-                main = sub.filter(pc.equal(sub.column("tid"), p)).column("comm").to_pylist()
-                comm = next((c for c in reversed(main) if c), None)
-                if comm:
-                    self.comms[(host, int(p))] = comm
+            if p in comms:
+                self.comms[(host, int(p))] = comms[p]
             mine = [st for k, st in self.keys.items() if k[0] == host and k[1] == p]
             if not mine and self.sched_keys:
                 mine = [self._state((host, int(p), ""))]

@@ -26,7 +26,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from exporter.schema import BOTTLENECK, DRIFT_STATUS
-from stream_analytics.bottleneck import CLASSES, Features, classify, gauge_features
+from stream_analytics.bottleneck import (
+    CLASSES,
+    Features,
+    classify,
+    features_from_parts,
+    gauge_features,
+    gauge_parts,
+)
 from stream_analytics.drift import DriftMonitor
 
 
@@ -66,13 +73,15 @@ class OnlineVerdicts:
     def __init__(self, gauge_batches: int = 30) -> None:
         self.drift = DriftMonitor()
         self.gauge_batches = gauge_batches
-        self._gauges: dict[str, deque[pa.Table]] = {}
+        # host -> gauge_parts of its last gauge_batches batches (not the batches)
+        self._gauges: dict[str, deque[dict[str, pa.Table]]] = {}
         self._gauge_ts: dict[str, int] = {}  # hosts whose GPU drift streams moved
 
     def ingest_gauges(self, host: str, table: pa.Table) -> None:
         """Remember the host's last ``gauge_batches`` GAUGE_SAMPLE batches (classifier
         features) and feed its GPU power and clock readings to the drift monitor."""
-        self._gauges.setdefault(host, deque(maxlen=self.gauge_batches)).append(table)
+        parts = gauge_parts(table)  # once per batch, not once per flush per batch
+        self._gauges.setdefault(host, deque(maxlen=self.gauge_batches)).append(parts)
         self.drift.update_gauges(table, host)
         if table.num_rows:
             ts = int(pc.max(table.column("ts_ns")).as_py())
@@ -87,7 +96,7 @@ class OnlineVerdicts:
     def _host_gauge_features(self, host: str) -> dict[str, float]:
         """Classifier features of ``host``'s last ``gauge_batches`` gauge batches."""
         dq = self._gauges.get(host)
-        return gauge_features(pa.concat_tables(list(dq))) if dq else {}
+        return features_from_parts(list(dq)) if dq else {}
 
     def update(self, results: pa.Table) -> tuple[pa.Table, pa.Table]:
         """DRIFT_STATUS rows of every stream of the hosts these results (or gauges

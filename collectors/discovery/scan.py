@@ -26,10 +26,13 @@ process left out is counted once in ``drops["max_watched"]``. A process whose
 files may not be read is counted once in ``drops["unreadable"]`` and reported
 once through ``log``; one that exits mid-scan is skipped silently.
 
-Process enumeration and the tree come from psutil; fds and maps are read from
-``/proc`` directly, because psutil reports regular files only (not the
-``/dev/kfd`` character device) and its ``memory_maps()`` parses the much
-larger ``smaps``.
+Process enumeration and the tree are read from ``/proc/PID/stat`` directly,
+one read per process (:func:`proc_entries`; psutil's ``process_iter`` reads it
+two or three times per process and scan, and ``children()`` walks every
+process once more), with psutil's own rules for the name and start time; fds
+and maps are read from ``/proc`` directly too, because psutil reports regular
+files only (not the ``/dev/kfd`` character device) and its ``memory_maps()``
+parses the much larger ``smaps``.
 """
 
 from __future__ import annotations
@@ -37,17 +40,77 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import psutil
+
+from collectors.procfs import read_small
 
 GPU_DEVICES = ("/dev/kfd", "/dev/dri/renderD")
 """fd link targets (prefixes) that mark a GPU process (AMD KFD, DRM render nodes)."""
 RUNTIME_LIBS = (b"libamdhip64", b"libhsa-runtime64", b"libonnxruntime",
                 b"onnxruntime_pybind11_state", b"libtorch")
 """Substrings of mapped paths that mark an inference process."""
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+class ProcEntry(NamedTuple):
+    """One process from ``/proc/PID/stat``: ``name`` as psutil's ``name()``
+    gives it (the ``comm``; when that is 15 characters, the basename of
+    ``argv[0]`` if it starts with it), ``state`` the one-letter state and
+    ``create_ns`` psutil's ``create_time()`` (start ticks / ``CLK_TCK`` + boot
+    time, s) in Unix ns."""
+
+    pid: int
+    ppid: int
+    name: str
+    state: str
+    create_ns: int
+
+
+def _long_name(pid: int, comm: str) -> str:
+    """psutil's rule for a ``comm`` the kernel cut at 15 characters."""
+    try:
+        data = read_small(f"/proc/{pid}/cmdline")
+    except OSError:
+        return comm
+    if not data:
+        return comm
+    sep = b"\0" if data.endswith(b"\0") else b" "  # psutil's cmdline(): setproctitle
+    if data.endswith(sep):
+        data = data[:-1]
+    args = data.split(sep)
+    if sep == b"\0" and len(args) == 1 and b" " in data:
+        args = data.split(b" ")
+    ext = os.path.basename(args[0].decode("utf-8", "surrogateescape"))
+    return ext if ext.startswith(comm) else comm
+
+
+def proc_entries(proc: str = "/proc") -> Iterator[ProcEntry]:
+    """Every process under ``proc``, one ``stat`` read each; a process that
+    exits meanwhile is skipped."""
+    boot = psutil.boot_time()
+    for d in os.listdir(proc):
+        if not d.isdigit():
+            continue
+        try:
+            data = read_small(f"{proc}/{d}/stat")
+        except OSError:
+            continue
+        lp, rp = data.find(b"("), data.rfind(b")")
+        fields = data[rp + 2:].split()
+        if lp < 0 or rp < lp or len(fields) < 20:
+            continue
+        pid = int(d)
+        comm = data[lp + 1:rp].decode("utf-8", "surrogateescape")
+        name = _long_name(pid, comm) if len(comm) >= 15 else comm
+        ctime = float(fields[19]) / CLOCK_TICKS + boot
+        yield ProcEntry(pid, int(fields[1]), name, fields[0].decode(), int(ctime * 1e9))
 
 
 @dataclass(frozen=True)
@@ -97,14 +160,18 @@ class Discovery:
     def __post_init__(self) -> None:
         self._comm_re = re.compile(self.selectors.comm) if self.selectors.comm else None
 
-    def _excluded(self) -> set[int]:
+    def _excluded(self, kids_of: dict[int, list[int]]) -> set[int]:
+        """``exclude``, or this process and its descendants (from this scan's
+        ppid map, ``kids_of``)."""
         if self.exclude is not None:
             return self.exclude
-        me = os.getpid()
-        try:
-            return {me, *(c.pid for c in psutil.Process(me).children(recursive=True))}
-        except psutil.Error:
-            return {me}
+        out, stack = set(), [os.getpid()]
+        while stack:
+            pid = stack.pop()
+            if pid not in out:
+                out.add(pid)
+                stack.extend(kids_of.get(pid, ()))
+        return out
 
     def _cgroup_pids(self) -> set[int]:
         spec = self.selectors.cgroup
@@ -123,15 +190,16 @@ class Discovery:
                     continue
         return out
 
-    def _auto(self, proc: psutil.Process) -> str | None:
-        """Why ``proc`` is an inference process, or None. Raises psutil errors."""
-        fd_dir = f"/proc/{proc.pid}/fd"
+    def _auto(self, pid: int) -> str | None:
+        """Why process ``pid`` is an inference process, or None. Raises psutil
+        errors (``NoSuchProcess``, ``AccessDenied``)."""
+        fd_dir = f"/proc/{pid}/fd"
         try:
             fds = os.listdir(fd_dir)
         except FileNotFoundError:
-            raise psutil.NoSuchProcess(proc.pid) from None
+            raise psutil.NoSuchProcess(pid) from None
         except PermissionError:
-            raise psutil.AccessDenied(proc.pid) from None
+            raise psutil.AccessDenied(pid) from None
         for fd in fds:
             try:
                 target = os.readlink(f"{fd_dir}/{fd}")
@@ -142,69 +210,65 @@ class Discovery:
             if target.startswith(GPU_DEVICES[1]):
                 return "render"
         try:
-            with open(f"/proc/{proc.pid}/maps", "rb") as f:
+            with open(f"/proc/{pid}/maps", "rb") as f:
                 maps = f.read()
         except FileNotFoundError:
-            raise psutil.NoSuchProcess(proc.pid) from None
+            raise psutil.NoSuchProcess(pid) from None
         except PermissionError:
-            raise psutil.AccessDenied(proc.pid) from None
+            raise psutil.AccessDenied(pid) from None
         for lib in RUNTIME_LIBS:
             if lib in maps:
                 return f"lib:{lib.decode()}"
         return None
 
-    def _classify(self, proc: psutil.Process, explicit: set[int],
-                  in_cgroup: set[int]) -> str | None:
-        if proc.pid in explicit:
+    def _classify(self, e: ProcEntry, explicit: set[int], in_cgroup: set[int]) -> str | None:
+        if e.pid in explicit:
             return "pid"
-        if proc.pid in in_cgroup:
+        if e.pid in in_cgroup:
             return "cgroup"
-        if self._comm_re is not None and self._comm_re.search(proc.info["name"] or ""):
+        if self._comm_re is not None and self._comm_re.search(e.name):
             return "comm"
         if self.selectors.auto:
-            return self._auto(proc)
+            return self._auto(e.pid)
         return None
 
     def scan(self) -> dict[int, Target]:
         """The processes to watch now, by pid (see the module doc)."""
-        excluded = self._excluded()
+        entries = {e.pid: e for e in sorted(proc_entries())}
+        kids_of: dict[int, list[int]] = {}  # one ppid map per scan, for both trees
+        for e in entries.values():
+            kids_of.setdefault(e.ppid, []).append(e.pid)
+        excluded = self._excluded(kids_of)
         explicit, in_cgroup = set(self.selectors.pids), self._cgroup_pids()
         found: dict[int, Target] = {}
-        infos: dict[int, tuple[int, str, int]] = {}  # pid -> (ppid, comm, create_ns)
         alive: set[tuple[int, int]] = set()
-        for proc in psutil.process_iter(["name", "create_time", "status", "ppid"]):
-            if (proc.pid in excluded or proc.pid == 0
-                    or proc.info["status"] == psutil.STATUS_ZOMBIE):
+        for e in entries.values():
+            if e.pid in excluded or e.pid == 0 or e.state == "Z":
                 continue
-            ident = (proc.pid, int(proc.info["create_time"] * 1e9))
+            ident = (e.pid, e.create_ns)
             alive.add(ident)
-            infos[proc.pid] = (proc.info["ppid"] or 0, (proc.info["name"] or "")[:15], ident[1])
             try:
-                reason = self._classify(proc, explicit, in_cgroup)
+                reason = self._classify(e, explicit, in_cgroup)
             except psutil.NoSuchProcess:
                 continue
-            except psutil.AccessDenied as e:
+            except psutil.AccessDenied as err:
                 if ident not in self._unreadable:
                     self._unreadable.add(ident)
                     self.drops["unreadable"] += 1
-                    self.log(f"discovery: cannot read pid {proc.pid} "
-                             f"({proc.info['name']}): {e.msg or 'permission denied'}")
+                    self.log(f"discovery: cannot read pid {e.pid} "
+                             f"({e.name}): {err.msg or 'permission denied'}")
                 continue
             if reason is not None:
-                found[proc.pid] = Target(proc.pid, (proc.info["name"] or "")[:15], reason,
-                                         ident[1])
-        # descendants from one ppid map of this scan (psutil's children() would
-        # walk every process again for each parent)
-        kids_of: dict[int, list[int]] = {}
-        for pid, (ppid, _, _) in infos.items():
-            kids_of.setdefault(ppid, []).append(pid)
-        stack = list(found)
+                found[e.pid] = Target(e.pid, e.name[:15], reason, e.create_ns)
+        stack = list(found)  # descendants of the candidates
         while stack:
             for kid in kids_of.get(stack.pop(), ()):
                 if kid in found or kid in excluded:
                     continue
-                _, name, create_ns = infos[kid]
-                found[kid] = Target(kid, name, "child", create_ns)
+                k = entries[kid]
+                if k.state == "Z":
+                    continue
+                found[kid] = Target(kid, k.name[:15], "child", k.create_ns)
                 stack.append(kid)
         # forget verdicts of processes that are gone (bounded memory)
         self._unreadable &= alive

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from collectors.procfs import read_small
 from exporter.schema import SCHED_SAMPLE
 
 
@@ -40,30 +41,40 @@ class ThreadCounters:
     majflt: int
 
 
-def read_thread(task_dir: Path) -> ThreadCounters | None:
+def _switches(status: bytes, key: bytes) -> int:
+    """The count on the line ``key`` (``b"\\nvoluntary_ctxt_switches:"``...)
+    of a ``status`` file; 0 when absent."""
+    i = status.find(key)
+    if i < 0:
+        return 0
+    return int(status[i + len(key):].split(b"\n", 1)[0])
+
+
+def read_thread(task_dir: Path | str) -> ThreadCounters | None:
     """Read one ``/proc/<pid>/task/<tid>`` directory; ``None`` if it vanished.
 
     Raises ``ValueError`` naming the file when a file has an unexpected shape.
+    Files are read as bytes with :func:`collectors.procfs.read_small` (this
+    runs for every watched thread every interval); a ``comm`` that is not
+    UTF-8 gets U+FFFD.
     """
+    d = str(task_dir)
     try:
-        sched = (task_dir / "schedstat").read_text()
-        status = (task_dir / "status").read_text()
-        stat = (task_dir / "stat").read_text()
+        sched = read_small(f"{d}/schedstat")
+        status = read_small(f"{d}/status")
+        stat = read_small(f"{d}/stat")
     except (FileNotFoundError, ProcessLookupError):
         return None
     parts = sched.split()
     if len(parts) < 2:
-        raise ValueError(f"{task_dir / 'schedstat'}: expected 3 fields, got {sched!r}")
-    vol = invol = 0
-    for line in status.splitlines():
-        if line.startswith("voluntary_ctxt_switches:"):
-            vol = int(line.split()[1])
-        elif line.startswith("nonvoluntary_ctxt_switches:"):
-            invol = int(line.split()[1])
-    lp, rp = stat.find("("), stat.rfind(")")
+        got = sched.decode(errors="replace")
+        raise ValueError(f"{d}/schedstat: expected 3 fields, got {got!r}")
+    vol = _switches(status, b"\nvoluntary_ctxt_switches:")
+    invol = _switches(status, b"\nnonvoluntary_ctxt_switches:")
+    lp, rp = stat.find(b"("), stat.rfind(b")")
     if lp < 0 or rp < 0:
-        raise ValueError(f"{task_dir / 'stat'}: no (comm) field")
-    comm = stat[lp + 1 : rp]
+        raise ValueError(f"{d}/stat: no (comm) field")
+    comm = stat[lp + 1 : rp].decode("utf-8", "replace")
     rest = stat[rp + 2 :].split()
     # rest[0] is field 3 (state); minflt is field 10, majflt field 12.
     return ThreadCounters(
@@ -91,13 +102,15 @@ class ProcSampler:
         now = time.time_ns()
         interval = now - self._prev_ts if self._prev_ts is not None else 0
         cur: dict[tuple[int, int], ThreadCounters] = {}
+        root = str(self.root)
         for pid in sorted(pids):
+            task = f"{root}/{pid}/task"
             try:
-                tids = [int(t) for t in os.listdir(self.root / str(pid) / "task")]
+                tids = [int(t) for t in os.listdir(task)]
             except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
                 continue
             for tid in tids:
-                c = read_thread(self.root / str(pid) / "task" / str(tid))
+                c = read_thread(f"{task}/{tid}")
                 if c is not None:
                     cur[(pid, tid)] = c
         cols: dict[str, list[object]] = {f.name: [] for f in SCHED_SAMPLE}

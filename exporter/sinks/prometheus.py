@@ -23,6 +23,7 @@ the workload labels); its drops (``llm_model_cap``) join :attr:`PromState.drops`
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import threading
@@ -70,10 +71,15 @@ WORKLOAD_LABELS = catalogue.WORKLOAD_LABELS
 _LABEL_MAX = 253  # a Kubernetes object name's limit; label values are cut there
 
 
+@functools.lru_cache(maxsize=4096)  # called per gauge row; bounded for hostile producers
 def label_name(key: str) -> str:
     """Attribute key to label name (``hw.gpu.task`` -> ``hw_gpu_task``)."""
     out = _BAD.sub("_", key)
     return out if not out[:1].isdigit() else "_" + out
+
+
+_prom_name = functools.lru_cache(maxsize=4096)(prom_name)
+""":func:`exporter.catalogue.prom_name`, memoised (called per gauge row)."""
 
 
 def gauge_family(name: str, labels: list[str]) -> GaugeMetricFamily:
@@ -256,7 +262,7 @@ class PromState:
             for k, v in cols["attributes"][i] or []:
                 if label_name(k) != "host":  # the message's host wins: hosts never collide
                     labels[label_name(k)] = str(v)
-            name = prom_name(metric, cols["unit"][i], cols["kind"][i])
+            name = _prom_name(metric, cols["unit"][i], cols["kind"][i])
             key = (name, cols["kind"][i], metric, tuple(sorted(labels.items())))
             self.gauges[key] = (now, float(value), cols["unit"][i])
 

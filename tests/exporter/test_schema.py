@@ -40,6 +40,23 @@ def test_conform_rejects_uncastable_values_naming_the_field() -> None:
     assert e.value.reason == "bad_type"
 
 
+def test_conform_of_a_table_already_in_the_schema_is_the_general_result() -> None:
+    """A many-chunk table built in the signal's schema (the fast path) gives
+    the same single batch as a reordered copy (the general path), and a null
+    in a required field is still refused, naming it."""
+    t = schema.conform("kernel_span", _kernels(4))
+    chunked = pa.Table.from_batches([t.slice(0, 1), t.slice(1, 3)])
+    assert chunked.schema.equals(schema.KERNEL_SPAN) and chunked.column(0).num_chunks == 2
+    fast = schema.conform("kernel_span", chunked)
+    general = schema.conform("kernel_span", chunked.select(chunked.column_names[::-1]))
+    assert isinstance(fast, pa.RecordBatch) and fast.equals(general) and fast.num_rows == 4
+    nulls = chunked.set_column(0, schema.KERNEL_SPAN.field(0),
+                               pa.array([None, 1, 2, 3], pa.int64()))
+    with pytest.raises(schema.SchemaError, match=schema.KERNEL_SPAN.field(0).name) as e:
+        schema.conform("kernel_span", nulls)
+    assert e.value.reason == "null_field"
+
+
 @pytest.mark.parametrize(("headers", "payload", "reason"), [
     ({}, b"", "missing_header"),
     ({schema.H_SCHEMA: "nope", schema.H_VERSION: "1"}, b"", "unknown_schema"),

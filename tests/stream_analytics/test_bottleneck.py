@@ -152,3 +152,30 @@ def test_without_a_roofline_confidences_are_unchanged() -> None:
     assert v.label == "compute-bound" and v.confidence == 1.0
     assert all(e.signal not in ("roofline_memory_share", "roofline_compute_share")
                for e in v.evidence)
+
+
+@pytest.mark.parametrize("fname", ["wandb_mi250_rocm_smi_all_rocm6.json",
+                                   "rocm_smi_exporter_rocm_smi_all.json"])
+def test_features_from_per_batch_parts_equal_those_of_the_whole_window(fname: str) -> None:
+    """A 30-batch window of real rocm-smi snapshots (values scaled per batch,
+    so means, clock CV and counter increases are not trivial): the features
+    from each batch's gauge_parts (what OnlineVerdicts keeps) are exactly the
+    gauge_features of the concatenated window, and not empty."""
+    import pyarrow.compute as pc
+
+    from collectors.gpu.rocm_smi import parse_rocm_smi
+    from stream_analytics.bottleneck import features_from_parts, gauge_parts
+
+    rows = parse_rocm_smi((SMI / fname).read_text(), fname).rows
+    snap = pa.Table.from_batches([to_table(rows, ts_ns=0, source="rocm-smi")])
+    batches = []
+    for i in range(30):
+        b = snap.set_column(snap.schema.get_field_index("ts_ns"), "ts_ns",
+                            pc.add(snap["ts_ns"], i * 10**9))
+        b = b.set_column(b.schema.get_field_index("value"), "value",
+                         pc.multiply(b["value"], 1.0 + 0.01 * (i % 7)))
+        batches.append(b)
+    whole = gauge_features(pa.concat_tables(batches))
+    assert whole
+    assert features_from_parts([gauge_parts(b) for b in batches]) == whole
+    assert features_from_parts([]) == {} == gauge_features(snap.slice(0, 0))

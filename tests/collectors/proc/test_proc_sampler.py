@@ -52,3 +52,28 @@ def test_sii_rises_when_three_busy_processes_share_two_cores() -> None:
             k.kill()
             k.wait()
     assert sii is not None and sii > 0.15
+
+
+def test_read_thread_agrees_with_psutil_on_this_thread() -> None:
+    """read_thread parses status as bytes: this main thread's voluntary and
+    involuntary switch counts lie between psutil's readings (of the same
+    status file) taken before and after it, and its comm is psutil's name
+    cut at 15 characters."""
+    import threading
+    from pathlib import Path
+
+    import psutil
+
+    from collectors.proc.sampler import read_thread
+
+    me = psutil.Process()
+    tid = threading.get_native_id()
+    before = me.num_ctx_switches()
+    c = read_thread(f"/proc/{os.getpid()}/task/{tid}")
+    after = me.num_ctx_switches()
+    assert c is not None
+    assert tid == os.getpid()  # the main thread: /proc/PID/status is its own
+    assert before.voluntary <= c.voluntary <= after.voluntary
+    assert before.involuntary <= c.involuntary <= after.involuntary
+    assert c.voluntary + c.involuntary > 0 and c.run_ns > 0
+    assert c.comm == Path(f"/proc/{os.getpid()}/task/{tid}/comm").read_text().strip()
