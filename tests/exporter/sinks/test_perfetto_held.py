@@ -121,6 +121,15 @@ def test_held_slices_keep_normalized_events_and_stats(name: str, tmp_path: Path)
     assert _result(name, tmp_path) == EXPECTED[name]
 
 
+@pytest.mark.parametrize("window", [1, 7, 64])
+def test_small_encoding_windows_keep_the_same_events(window: int, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Held events encoded a few at a time (windows that split begins from their
+    ends and cross track boundaries) give the recorded event sequence."""
+    monkeypatch.setattr(pt, "WINDOW_EVENTS", window)
+    assert _result("mixed", tmp_path) == EXPECTED["mixed"]
+
+
 if __name__ == "__main__":
     import json
     import tempfile
