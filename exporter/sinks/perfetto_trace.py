@@ -533,8 +533,11 @@ def write_trace(
             _name_processes(b, _np(k.column("pid")), k.column("model"))
             dev = pc.fill_null(pc.cast(k.column("device_type"), pa.string()), "cpu")
             gpu = pc.equal(dev, "gpu")
-            if pc.any(pc.invert(gpu)).as_py():
-                cpu_parts.append(k.filter(pc.invert(gpu)))
+            cpu = pc.invert(gpu)
+            if pc.all(cpu).as_py():
+                cpu_parts.append(k)  # all CPU (ORT captures): kept without a copy
+            elif pc.any(cpu).as_py():
+                cpu_parts.append(k.filter(cpu))
             g = k.filter(gpu)
             if g.num_rows:
                 _gpu_chunk(b, g, flows)
