@@ -6,7 +6,8 @@ and the rocprofv3 kernel and HIP API traces in ``testdata``) and reduces it
 to the digest of its normalized event sequence (:mod:`trace_events`: times,
 types, track paths, resolved names/categories/annotations, flow ordinals, in
 file order). :data:`EXPECTED` was recorded with the writer that built one
-Python object per held slice (commit ecb176e), before the columnar rewrite;
+Python object per held slice (commit ecb176e; the ``edges`` case added later
+and recorded with that code's tree, 79d4bf8), before the columnar rewrite;
 ``python tests/exporter/sinks/test_perfetto_held.py`` prints the digests.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -69,9 +71,47 @@ def case_mixed(out: Path) -> pt.TraceStats:
     return pt.write_trace(out, iter(both.to_batches(max_chunksize=100)), its, hip_api=api)
 
 
-CASES = {"magika": case_magika, "hip": case_hip, "mixed": case_mixed}
+def case_edges(out: Path) -> pt.TraceStats:
+    """Null and repeated values: CPU kernels with op_type null on every 5th row,
+    zero length on every 7th, tid -1 on every 11th; the HIP API rows twice (the
+    second hipLaunchKernel with the same correlation id starts no flow), one
+    with a null correlation id, one with a null function name."""
+    ks, its = data.magika_recorded()
+    ks = ks.slice(0, 200)
+
+    def every(k: int) -> pa.Array:
+        return pa.array(np.arange(ks.num_rows) % k == 0)
+
+    op = ks.schema.get_field_index("op_type")
+    ks = ks.set_column(op, "op_type", pc.if_else(every(5), pa.scalar(None, ks["op_type"].type),
+                                                 ks["op_type"]))
+    ks = ks.set_column(ks.schema.get_field_index("end_ns"), "end_ns",
+                       pc.if_else(every(7), ks["start_ns"], ks["end_ns"]))
+    ks = ks.set_column(ks.schema.get_field_index("tid"), "tid",
+                       pc.if_else(every(11), pa.scalar(-1, pa.int64()), ks["tid"]))
+    api = pa.concat_tables([data.rocprof_hip_api()] * 2)
+    corr = api["correlation_id"].to_pylist()
+    fn = api["function"].to_pylist()
+    corr[0], fn[1] = None, None
+    api = api.set_column(4, "correlation_id", pa.array(corr, pa.int64()))
+    api = api.set_column(5, "function", pa.array(fn, pa.string()))
+    both = pa.concat_tables([ks, data.rocprof_kernels().cast(ks.schema)])
+    return pt.write_trace(out, both, its, hip_api=api)
+
+
+CASES = {"magika": case_magika, "hip": case_hip, "mixed": case_mixed, "edges": case_edges}
 
 EXPECTED: dict[str, object] = {
+    "edges": {
+        "events": 462,
+        "sha": "89155052f37d0326",
+        "kernel_slices": 209,
+        "iteration_slices": 6,
+        "api_slices": 16,
+        "flows": 1,
+        "counter_tracks": 0,
+        "counter_points": 0
+    },
     "hip": {
         "events": 34,
         "sha": "4117275c60672e56",
