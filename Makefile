@@ -54,6 +54,7 @@ bench: setup
 	$(PY) benchmarks/bench_rocprof.py
 	$(PY) benchmarks/bench_rocpd.py
 	$(PY) benchmarks/bench_replay.py --baseline-ref c9988e4
+	$(PY) benchmarks/bench_trace_held.py --rows 1000000 --baseline-ref c9988e4
 	$(PY) benchmarks/bench_capture_overhead.py
 	$(PY) benchmarks/bench_instrument.py
 	$(PY) benchmarks/bench_attribution.py

@@ -17,6 +17,7 @@ No Python object is made per slice (:mod:`exporter.sinks.pbwire`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -87,27 +88,105 @@ def _annotation(a: Annotation) -> list[w.Part]:
     return w.message(4, [name, w.varint(a.values, prefix=value_key)], a.mask)
 
 
+def take(s: SliceCols, rows: npt.NDArray[np.integer]) -> SliceCols:
+    """The slices ``rows`` of ``s`` (every column, annotations and flows included)."""
+    return SliceCols(
+        start=s.start[rows], end=s.end[rows], track=s.track[rows], name_iid=s.name_iid[rows],
+        cat_iid=s.cat_iid[rows], depth=s.depth[rows],
+        annotations=[Annotation(a.name_iid, a.kind, a.values[rows], a.mask[rows])
+                     for a in s.annotations],
+        flow_out=None if s.flow_out is None else s.flow_out[rows],
+        flow_in=None if s.flow_in is None else s.flow_in[rows])
+
+
+def concat(parts: list[SliceCols], names: list[tuple[int, str]]) -> SliceCols:
+    """``parts`` stacked; annotation columns ``names`` (``(name_iid, kind)``, in
+    that order) filled from the parts that have them, absent on the others."""
+    def col(get: object) -> I64:
+        return np.concatenate([get(p) for p in parts])  # type: ignore[operator]
+
+    anns = []
+    for iid, kind in names:
+        vals, masks = [], []
+        for p in parts:
+            a = next((a for a in p.annotations if a.name_iid == iid), None)
+            vals.append(a.values if a is not None else np.zeros(p.n, np.int64))
+            masks.append(a.mask if a is not None else np.zeros(p.n, bool))
+        anns.append(Annotation(iid, kind, np.concatenate(vals), np.concatenate(masks)))
+
+    def flows(get: object) -> I64 | None:
+        got = [get(p) for p in parts]  # type: ignore[operator]
+        if all(g is None for g in got):
+            return None
+        return np.concatenate([np.zeros(p.n, np.int64) if g is None else g
+                               for p, g in zip(parts, got, strict=True)])
+
+    return SliceCols(
+        start=col(lambda p: p.start), end=col(lambda p: p.end), track=col(lambda p: p.track),
+        name_iid=col(lambda p: p.name_iid), cat_iid=col(lambda p: p.cat_iid),
+        depth=col(lambda p: p.depth), annotations=anns,
+        flow_out=flows(lambda p: p.flow_out), flow_in=flows(lambda p: p.flow_in))
+
+
+def _begin(s: SliceCols, ts: I64) -> list[w.Part]:
+    """``Trace.packet`` entries: a ``TYPE_SLICE_BEGIN`` at ``ts`` per slice of ``s``."""
+    n = s.n
+    V = w.VARINT
+    ev = [w.const(w.key(9, V) + bytes([BEGIN]), n), w.varint(s.track, prefix=w.key(11, V)),
+          w.varint(s.name_iid, prefix=w.key(10, V)), w.varint(s.cat_iid, prefix=w.key(3, V))]
+    for a in s.annotations:
+        ev += _annotation(a)
+    if s.flow_out is not None:
+        ev.append(w.fixed64(s.flow_out, s.flow_out > 0, w.key(47, w.I64_WIRE)))
+    if s.flow_in is not None:
+        ev.append(w.fixed64(s.flow_in, s.flow_in > 0, w.key(48, w.I64_WIRE)))
+    seq = w.key(10, V) + w.varint_bytes(SEQ_ID) + w.key(13, V) + bytes([NEEDS_INCREMENTAL_STATE])
+    return w.message(1, [w.varint(ts, prefix=w.key(8, V)), w.const(seq, n), *w.message(11, ev)])
+
+
+def _end(track: I64, ts: I64) -> list[w.Part]:
+    """``Trace.packet`` entries: a ``TYPE_SLICE_END`` at ``ts`` on each ``track``."""
+    n = len(track)
+    V = w.VARINT
+    ev = [w.const(w.key(9, V) + bytes([END]), n), w.varint(track, prefix=w.key(11, V))]
+    seq = w.key(10, V) + w.varint_bytes(SEQ_ID)
+    return w.message(1, [w.varint(ts, prefix=w.key(8, V)), w.const(seq, n), *w.message(11, ev)])
+
+
+def encode_events(s: SliceCols, ts: I64, events: npt.NDArray[np.intp]) -> bytes:
+    """Serialized ``Trace.packet`` entries of the chosen ``events`` of ``s``, in
+    that order: event ``k < n`` is slice ``k``'s begin, ``k >= n`` slice
+    ``k - n``'s end, at ``ts[k]`` (``ts``, ``events``: as :func:`event_order`
+    gives, or a window of its order). Only the window's rows are encoded."""
+    n = s.n
+    is_end = events >= n
+    rows = events % n
+    pos = np.empty(len(events), dtype=np.intp)
+    nb = int(len(events) - is_end.sum())
+    pos[~is_end] = np.arange(nb)
+    pos[is_end] = np.arange(len(events) - nb) + (nb > 0) * nb
+    groups = []
+    if nb:
+        groups.append(_begin(take(s, rows[~is_end]), ts[events[~is_end]]))
+    if nb < len(events):
+        groups.append(_end(s.track[rows[is_end]], ts[events[is_end]]))
+    return w.assemble(groups, pos) if groups else b""
+
+
+def encode_windows(s: SliceCols, window: int) -> Iterator[tuple[bytes, int]]:
+    """:func:`encode` in pieces of at most ``window`` events (the global order
+    computed once), so memory grows with the window, not with ``2 n``."""
+    if s.n == 0:
+        return
+    ts, order = event_order(s.start, s.end, s.depth)
+    for off in range(0, len(order), window):
+        ev = order[off:off + window]
+        yield encode_events(s, ts, ev), len(ev)
+
+
 def encode(s: SliceCols) -> tuple[bytes, int]:
     """Serialized ``Trace.packet`` entries of ``s`` (2 per slice) and their count."""
-    n = s.n
-    if n == 0:
+    if s.n == 0:
         return b"", 0
     ts, order = event_order(s.start, s.end, s.depth)
-    V = w.VARINT
-    track = w.varint(s.track, prefix=w.key(11, V))
-    begin_ev = [w.const(w.key(9, V) + bytes([BEGIN]), n), track,
-                w.varint(s.name_iid, prefix=w.key(10, V)),
-                w.varint(s.cat_iid, prefix=w.key(3, V))]
-    for a in s.annotations:
-        begin_ev += _annotation(a)
-    if s.flow_out is not None:
-        begin_ev.append(w.fixed64(s.flow_out, s.flow_out > 0, w.key(47, w.I64_WIRE)))
-    if s.flow_in is not None:
-        begin_ev.append(w.fixed64(s.flow_in, s.flow_in > 0, w.key(48, w.I64_WIRE)))
-    end_ev = [w.const(w.key(9, V) + bytes([END]), n), track]
-    seq = w.key(10, V) + w.varint_bytes(SEQ_ID)
-    flags = w.key(13, V) + bytes([NEEDS_INCREMENTAL_STATE])
-    begin = [w.varint(ts[:n], prefix=w.key(8, V)), w.const(seq + flags, n),
-             *w.message(11, begin_ev)]
-    end = [w.varint(ts[n:], prefix=w.key(8, V)), w.const(seq, n), *w.message(11, end_ev)]
-    return w.assemble([w.message(1, begin), w.message(1, end)], order), 2 * n
+    return encode_events(s, ts, order), 2 * s.n

@@ -44,9 +44,13 @@ as one ``Trace``), so memory does not grow with the number of kernels:
    kernel slices and synthetic launch slices, encoded column-wise
    (:mod:`exporter.sinks.perfetto_slices`, no Python object per slice) and
    sorted by time within the chunk;
-3. the iterations, CPU kernels and HIP API slices, sorted together
-   (these are held in memory: CPU kernels come from ORT captures, whose
-   size is bounded by their iterations);
+3. the iterations, CPU kernels and HIP API slices, sorted together (they
+   nest on the same thread tracks): held in memory as one set of numpy slice
+   columns (iteration, CPU kernel and HIP API annotations side by side, each
+   with a mask; no Python object per slice), their tracks and interned names
+   written first, then one global begin/end order
+   (:func:`perfetto_slices.event_order`) encoded :data:`WINDOW_EVENTS`
+   events at a time, so the encoding buffers do not grow with the capture;
 4. the counter tracks.
 
 Every kernel row becomes a slice; nothing is sampled or dropped. Packets are
@@ -68,7 +72,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import (
     CounterDescriptor,
-    DebugAnnotation,
     InternedData,
     ProcessDescriptor,
     ThreadDescriptor,
@@ -85,6 +88,8 @@ from exporter.sinks.otlp_proto import match_iterations
 SEQ_ID = ps.SEQ_ID
 CHUNK_ROWS = 16_384
 """Kernel rows encoded per chunk (a larger input batch is split)."""
+WINDOW_EVENTS = 65_536
+"""Held begin/end events encoded per window (:func:`_held`)."""
 FLUSH_PACKETS = 20_000
 """Packets built with the protobuf classes are written every this many."""
 LAUNCH_RE = re.compile(r"Launch")
@@ -97,13 +102,12 @@ ANALYTICS_COUNTERS: tuple[tuple[str, str], ...] = catalogue.PERFETTO_COUNTERS
 SII_SCHED_TRACK = "aaco.scheduler_interference.sched"
 """Per-process SII from ``SCHED_SAMPLE`` (the catalogue's SII name + ``.sched``)."""
 
-CATEGORIES = {"kernel": 1, "launch": 2}
+CATEGORIES = {"kernel": 1, "launch": 2, "iteration": 3, "hip_api": 4}
 """Interned ``EventCategory`` ids of the column-wise slices."""
 ANNOTATION_NAMES = {"kernel_family": 1, "op_type": 2, "iteration": 3, "correlation_id": 4,
-                    "dispatch_id": 5, "synthetic": 6}
+                    "dispatch_id": 5, "synthetic": 6, "model": 7, "kernel_count": 8}
 """Interned ``DebugAnnotationName`` ids of the column-wise slices."""
 
-Annot = tuple[tuple[str, object], ...]
 I64 = npt.NDArray[np.int64]
 
 
@@ -123,19 +127,6 @@ class TraceStats:
     chunks: int = 0
 
 
-@dataclass
-class _Slice:
-    track: int
-    start: int
-    end: int
-    name: str
-    category: str
-    depth: int
-    annotations: Annot
-    flow_out: int = 0
-    flow_in: int = 0
-
-
 class _Builder:
     """Track bookkeeping plus a packet buffer written to ``f`` every
     :data:`FLUSH_PACKETS` packets (and before every raw chunk)."""
@@ -150,7 +141,6 @@ class _Builder:
         self.processes: dict[int, int] = {}
         self.threads: dict[tuple[int, int], int] = {}
         self.named: dict[tuple[object, ...], int] = {}
-        self.slices: list[_Slice] = []
         self.counter_tracks = 0
         self.counter_points = 0
         self.api_slices = 0
@@ -282,50 +272,6 @@ class _Builder:
             )
             self.counter_points += 1
 
-    def emit_slices(self) -> None:
-        """Write begin/end events sorted by time; at equal times ends (deepest first)
-        precede begins (shallowest first); zero-length slices come last."""
-        n = len(self.slices)
-        if n == 0:
-            return
-        start = np.array([s.start for s in self.slices], dtype=np.int64)
-        end = np.array([s.end for s in self.slices], dtype=np.int64)
-        depth = np.array([s.depth for s in self.slices], dtype=np.int64)
-        ts, order = ps.event_order(start, end, depth)
-        for k in order.tolist():
-            s = self.slices[k % n]
-            p = self.packet()
-            p.timestamp = int(ts[k])
-            ev = p.track_event
-            ev.track_uuid = s.track
-            if k >= n:
-                ev.type = TrackEvent.TYPE_SLICE_END
-                continue
-            ev.type = TrackEvent.TYPE_SLICE_BEGIN
-            ev.name = s.name
-            ev.categories.append(s.category)
-            ev.debug_annotations.extend(_annotations(s.annotations))
-            if s.flow_out:
-                ev.flow_ids.append(s.flow_out)
-            if s.flow_in:
-                ev.terminating_flow_ids.append(s.flow_in)
-        self.slices = []
-
-
-def _annotations(items: Iterable[tuple[str, object]]) -> list[DebugAnnotation]:
-    out = []
-    for k, v in items:
-        if v is None:
-            continue
-        if isinstance(v, bool) or not isinstance(v, int | float):
-            out.append(DebugAnnotation(name=k, string_value=str(v)))
-        elif isinstance(v, int):
-            out.append(DebugAnnotation(name=k, int_value=v))
-        else:
-            out.append(DebugAnnotation(name=k, double_value=v))
-    return out
-
-
 def _ints(col: pa.ChunkedArray | pa.Array, fill: int) -> list[int]:
     return [int(x) for x in pc.fill_null(col, fill).to_pylist()] if len(col) else []
 
@@ -351,20 +297,24 @@ def _codes(col: pa.Array, ids: object) -> tuple[I64, npt.NDArray[np.bool_]]:
     return out, valid
 
 
-def _iteration_threads(kernels: pa.Table, iterations: pa.Table) -> list[int]:
-    """Thread id that ran most CPU kernels (``kernels``) of each iteration (-1 if none)."""
-    parent = match_iterations(kernels, iterations)
-    out = [-1] * iterations.num_rows
+def _iteration_threads(kernels: pa.Table, iterations: pa.Table) -> I64:
+    """Thread id that ran most CPU kernels (``kernels``) of each iteration (-1 if
+    none; ties go to the smallest tid). Columnar: one group-by of (iteration, tid)."""
+    out = np.full(iterations.num_rows, -1, dtype=np.int64)
     if kernels.num_rows == 0:
         return out
-    tid = np.array(_ints(kernels.column("tid"), -1), dtype=np.int64)
+    parent = match_iterations(kernels, iterations)
+    tid = _np(kernels.column("tid"), -1)
     sel = (parent >= 0) & (tid >= 0)
-    best: dict[int, dict[int, int]] = {}
-    for it, t in zip(parent[sel].tolist(), tid[sel].tolist(), strict=True):
-        c = best.setdefault(it, {})
-        c[t] = c.get(t, 0) + 1
-    for it, c in best.items():
-        out[it] = max(c.items(), key=lambda kv: (kv[1], -kv[0]))[0]
+    if not sel.any():
+        return out
+    g = pa.table({"it": parent[sel], "tid": tid[sel]}).group_by(["it", "tid"]).aggregate(
+        [("tid", "count")])
+    it, t = _np(g.column("it")), _np(g.column("tid"))
+    order = np.lexsort((t, -_np(g.column("tid_count")), it))
+    it, t = it[order], t[order]
+    first = np.concatenate([[True], it[1:] != it[:-1]])
+    out[it[first]] = t[first]
     return out
 
 
@@ -407,12 +357,16 @@ class _Flows:
         flow_in[rows] = ids
         return flow_in, hit
 
-    def api_flow(self, corr: int | None) -> int:
-        """The flow id a launch API with ``corr`` starts (0 if no kernel claimed it)."""
-        if corr is None or len(self.cand) == 0:
-            return 0
-        i = int(np.searchsorted(self.cand, corr))
-        return int(self.flow[i]) if i < len(self.cand) and self.cand[i] == corr else 0
+    def api_flows(self, corr: I64, ok: npt.NDArray[np.bool_]) -> I64:
+        """Per row the flow id a launch API with correlation id ``corr`` (where
+        ``ok``) starts: 0 if no kernel claimed it."""
+        out = np.zeros(len(corr), dtype=np.int64)
+        if len(self.cand) == 0:
+            return out
+        idx = np.minimum(np.searchsorted(self.cand, corr), len(self.cand) - 1)
+        hit = ok & (self.cand[idx] == corr)
+        out[hit] = self.flow[idx[hit]]
+        return out
 
 
 def _name_processes(b: _Builder, pid: I64, model: pa.Array) -> None:
@@ -551,7 +505,7 @@ def write_trace(
     ``ITERATION_SPAN``; ``sched``: ``SCHED_SAMPLE``; ``gauges``:
     ``GAUGE_SAMPLE``; ``analytics``: ``ANALYTICS_RESULT``; ``hip_api``:
     columns ``start_ns, end_ns, pid, tid, correlation_id`` (int64) and
-    ``function`` (string). All times int64 ns. Memory grows with the
+    ``function`` (string). All times int64 ns. Memory grows (as numpy columns) with the
     iterations, CPU kernels, HIP API rows and samples, not with the GPU
     kernels. ``progress(rows)`` is called after each chunk with the kernel
     rows written so far. Raises ``OSError`` if ``path`` cannot be written; ``KeyError``
@@ -579,8 +533,11 @@ def write_trace(
             _name_processes(b, _np(k.column("pid")), k.column("model"))
             dev = pc.fill_null(pc.cast(k.column("device_type"), pa.string()), "cpu")
             gpu = pc.equal(dev, "gpu")
-            if pc.any(pc.invert(gpu)).as_py():
-                cpu_parts.append(k.filter(pc.invert(gpu)))
+            cpu = pc.invert(gpu)
+            if pc.all(cpu).as_py():
+                cpu_parts.append(k)  # all CPU (ORT captures): kept without a copy
+            elif pc.any(cpu).as_py():
+                cpu_parts.append(k.filter(cpu))
             g = k.filter(gpu)
             if g.num_rows:
                 _gpu_chunk(b, g, flows)
@@ -603,61 +560,137 @@ def write_trace(
     )
 
 
+HELD_ANNOTATIONS = [(ANNOTATION_NAMES[k], kind) for k, kind in (
+    ("model", "str"), ("kernel_family", "str"), ("op_type", "str"), ("iteration", "int"),
+    ("kernel_count", "int"), ("correlation_id", "int"), ("dispatch_id", "int"))]
+"""Annotation columns of the held slices: the union of iterations' (model,
+iteration, kernel_count), CPU kernels' (kernel_family, op_type, iteration,
+correlation_id, dispatch_id) and HIP API calls' (correlation_id)."""
+
+
+def _arr(col: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """One array (dictionaries unified) of a column."""
+    if isinstance(col, pa.ChunkedArray):
+        return col.unify_dictionaries().combine_chunks() if col.num_chunks else \
+            pa.array([], col.type)
+    return col
+
+
+def _names(b: _Builder, col: pa.ChunkedArray | pa.Array) -> I64:
+    """Interned event name ids of a string column (a null reads ``None``)."""
+    iid, ok = _codes(_arr(col), b.name_iids)
+    if not ok.all():
+        iid[~ok] = b.name_iids(["None"])[0]
+    return iid
+
+
+def _str_ann(b: _Builder, name: str, col: pa.ChunkedArray | pa.Array) -> ps.Annotation:
+    iid, ok = _codes(_arr(col), b.string_iids)
+    return ps.Annotation(ANNOTATION_NAMES[name], "str", iid, ok)
+
+
+def _int_ann(name: str, col: pa.ChunkedArray | pa.Array) -> ps.Annotation:
+    return ps.Annotation(ANNOTATION_NAMES[name], "int", _np(col), _valid(col))
+
+
+def _thread_tracks(b: _Builder, pid: I64, tid: I64) -> I64:
+    """Thread track per row; a negative tid is the pid (the main thread)."""
+    return _track_ids(np.stack([pid, np.where(tid >= 0, tid, pid)], axis=1), b.thread)
+
+
+def _iteration_cols(b: _Builder, iterations: pa.Table, cpu: pa.Table) -> ps.SliceCols:
+    """Iteration slices: on the thread that ran most of their CPU kernels, else on
+    a per-(pid, model) ``inference <model>`` track."""
+    n = iterations.num_rows
+    it_tid = _iteration_threads(cpu, iterations)
+    pid = _np(iterations.column("pid"), 0)
+    track = np.zeros(n, dtype=np.int64)
+    on = np.flatnonzero(it_tid >= 0)
+    track[on] = _track_ids(np.stack([pid[on], it_tid[on]], axis=1), b.thread)
+    off = np.flatnonzero(it_tid < 0)
+    if len(off):
+        model = pc.fill_null(pc.cast(_arr(iterations.column("model")), pa.string()), "None")
+        enc = pc.dictionary_encode(model.take(pa.array(off)))
+        names = enc.dictionary.to_pylist()
+
+        def own(p: int, m: int) -> int:
+            return b.named_track(("it", p, names[m]), f"inference {names[m]}", b.process(p))
+
+        track[off] = _track_ids(np.stack([pid[off], _np(enc.indices)], axis=1), own)
+    return ps.SliceCols(
+        start=_np(iterations.column("start_ns")), end=_np(iterations.column("end_ns")),
+        track=track, name_iid=np.full(n, b.name_iids(["inference"])[0], dtype=np.int64),
+        cat_iid=np.full(n, CATEGORIES["iteration"], dtype=np.int64),
+        depth=np.zeros(n, dtype=np.int64),
+        annotations=[_str_ann(b, "model", iterations.column("model")),
+                     _int_ann("iteration", iterations.column("iteration")),
+                     _int_ann("kernel_count", iterations.column("kernel_count"))])
+
+
+def _cpu_cols(b: _Builder, cpu: pa.Table) -> ps.SliceCols:
+    """CPU kernel slices (category ``kernel``, depth 1) on their thread tracks."""
+    n = cpu.num_rows
+    col = cpu.column
+    return ps.SliceCols(
+        start=_np(col("start_ns")), end=_np(col("end_ns")),
+        track=_thread_tracks(b, _np(col("pid"), 0), _np(col("tid"), -1)),
+        name_iid=_names(b, col("kernel_name")),
+        cat_iid=np.full(n, CATEGORIES["kernel"], dtype=np.int64),
+        depth=np.ones(n, dtype=np.int64),
+        annotations=[_str_ann(b, "kernel_family", col("kernel_family")),
+                     _str_ann(b, "op_type", col("op_type")),
+                     *(_int_ann(c, col(c)) for c in ("iteration", "correlation_id",
+                                                     "dispatch_id"))])
+
+
+def _api_cols(b: _Builder, api: pa.Table, flows: _Flows) -> ps.SliceCols:
+    """HIP API slices (category ``hip_api``, depth 1); the first launch API
+    (``LAUNCH_RE``) per correlation id whose kernel claimed it starts that flow."""
+    n = api.num_rows
+    col = api.column
+    corr, ok = _np(col("correlation_id")), _valid(col("correlation_id"))
+    launch = np.asarray(pc.fill_null(pc.match_substring_regex(
+        pc.cast(_arr(col("function")), pa.string()), LAUNCH_RE.pattern), False)
+        .to_numpy(zero_copy_only=False), dtype=bool)
+    flow = flows.api_flows(corr, ok & launch)
+    rows = np.flatnonzero(flow > 0)
+    _, first = np.unique(corr[rows], return_index=True)
+    flow_out = np.zeros(n, dtype=np.int64)
+    flow_out[rows[first]] = flow[rows[first]]
+    b.api_slices += n
+    return ps.SliceCols(
+        start=_np(col("start_ns")), end=_np(col("end_ns")),
+        track=_thread_tracks(b, _np(col("pid"), 0), _np(col("tid"), -1)),
+        name_iid=_names(b, col("function")),
+        cat_iid=np.full(n, CATEGORIES["hip_api"], dtype=np.int64),
+        depth=np.ones(n, dtype=np.int64),
+        annotations=[ps.Annotation(ANNOTATION_NAMES["correlation_id"], "int", corr, ok)],
+        flow_out=flow_out)
+
+
 def _held(b: _Builder, iterations: pa.Table, cpu_parts: list[pa.RecordBatch],
           hip_api: pa.Table | None, flows: _Flows) -> None:
-    """Iterations, CPU kernels and HIP API calls: slices sorted together."""
+    """Iterations, CPU kernels and HIP API calls as one set of slice columns
+    (their tracks and interned strings emitted first), sorted together once
+    (:func:`perfetto_slices.event_order`: they nest on shared thread tracks)
+    and encoded :data:`WINDOW_EVENTS` events at a time."""
     from exporter.schema import KERNEL_SPAN
 
     cpu = pa.Table.from_batches(cpu_parts) if cpu_parts else KERNEL_SPAN.empty_table()
-    it_tid = _iteration_threads(cpu, iterations)
-    i_pid = _ints(iterations.column("pid"), 0)
-    i_model = iterations.column("model").to_pylist()
-    i_start = iterations.column("start_ns").to_pylist()
-    i_end = iterations.column("end_ns").to_pylist()
-    i_no = iterations.column("iteration").to_pylist()
-    i_cnt = iterations.column("kernel_count").to_pylist()
-    for i in range(iterations.num_rows):
-        pid, model = i_pid[i], i_model[i]
-        if it_tid[i] >= 0:
-            track = b.thread(pid, it_tid[i])
-        else:
-            track = b.named_track(("it", pid, model), f"inference {model}", b.process(pid))
-        annot: Annot = (("model", model), ("iteration", i_no[i]), ("kernel_count", i_cnt[i]))
-        b.slices.append(_Slice(track, i_start[i], i_end[i], "inference", "iteration", 0, annot))
-
+    parts = []
+    if iterations.num_rows:
+        parts.append(_iteration_cols(b, iterations, cpu))
     if cpu.num_rows:
-        k_pid = _ints(cpu.column("pid"), 0)
-        k_tid = [t if t >= 0 else p
-                 for t, p in zip(_ints(cpu.column("tid"), -1), k_pid, strict=True)]
-        cols = [cpu.column(c).to_pylist() for c in (
-            "start_ns", "end_ns", "kernel_name", "kernel_family", "op_type", "iteration",
-            "correlation_id", "dispatch_id")]
-        for r, (st, en, name, fam, op, it, corr, disp) in enumerate(zip(*cols, strict=True)):
-            annot = (("kernel_family", fam), ("op_type", op), ("iteration", it),
-                     ("correlation_id", corr), ("dispatch_id", disp))
-            b.slices.append(_Slice(b.thread(k_pid[r], k_tid[r]), st, en, str(name), "kernel", 1,
-                                   annot))
-
+        parts.append(_cpu_cols(b, cpu))
     if hip_api is not None and hip_api.num_rows:
-        a_pid = _ints(hip_api.column("pid"), 0)
-        a_tid = _ints(hip_api.column("tid"), -1)
-        a_corr = hip_api.column("correlation_id").to_pylist()
-        a_fn = hip_api.column("function").to_pylist()
-        a_start = hip_api.column("start_ns").to_pylist()
-        a_end = hip_api.column("end_ns").to_pylist()
-        linked: set[int] = set()
-        for r in range(hip_api.num_rows):
-            tid = a_tid[r] if a_tid[r] >= 0 else a_pid[r]
-            s = _Slice(b.thread(a_pid[r], tid), a_start[r], a_end[r], str(a_fn[r]), "hip_api",
-                       1, (("correlation_id", a_corr[r]),))
-            corr = a_corr[r]
-            if corr is not None and corr not in linked and LAUNCH_RE.search(str(a_fn[r])):
-                s.flow_out = flows.api_flow(int(corr))
-                if s.flow_out:
-                    linked.add(int(corr))
-            b.slices.append(s)
-            b.api_slices += 1
-    b.emit_slices()
+        parts.append(_api_cols(b, hip_api, flows))
+    if not parts:
+        return
+    held = ps.concat(parts, HELD_ANNOTATIONS)
+    del parts, cpu
+    b.end_chunk_header()
+    for data, count in ps.encode_windows(held, WINDOW_EVENTS):
+        b.raw(data, count)
 
 
 def _counters(b: _Builder, sched: pa.Table | None, gauges: pa.Table | None,

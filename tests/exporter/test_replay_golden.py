@@ -8,10 +8,15 @@ reduced to a digest: the rows of ``profiler/kernels.parquet``,
 ``profiler/kernel_stats.parquet``, ``metrics/inference_iters.parquet``, the
 analytics results (``metrics/analytics.parquet`` without its wall-clock
 ``ts_ns``), ``derived_metrics.json``, the kernel slices in ``trace.pftrace``
-and a hash of its packets (counter timestamps aside). :data:`EXPECTED` was
+a hash of its packets (counter timestamps aside) and of its normalized
+events (``tests/exporter/sinks/trace_events.py``: encoding-independent,
+recorded at ecb176e). :data:`EXPECTED` was
 recorded with the code before the replay speed-up (commit c9988e4; ``python
 tests/exporter/test_replay_golden.py BUNDLE`` prints a bundle's digest), so a
-change in any output fails here.
+change in any output fails here. ``trace_packets`` was re-recorded at the
+columnar held slices (interned names/categories for iterations, CPU kernels
+and HIP API calls instead of plain strings) after ``trace_events`` showed the
+normalized events unchanged.
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ if str(ROOT) not in sys.path:  # run as a script
     sys.path.insert(0, str(ROOT))
 
 from tests.exporter.replayed import ROCPROF, replay  # noqa: E402
+from tests.support import load_path  # noqa: E402
+
+trace_events = load_path("aaco_trace_events", ROOT / "tests/exporter/sinks/trace_events.py")
 
 INPUTS = [ROCPROF / "seismic_stencils_results.csv", ROCPROF / "finite_difference_results.csv",
           ROCPROF / "kernel_trace.csv", ROCPROF / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"]
@@ -83,6 +91,7 @@ def digest(bundle: Path) -> dict[str, Any]:
         "derived_metrics": _sha(derived),
         "kernel_slices": slices,
         "trace_packets": packets,
+        "trace_events": list(trace_events.digest(bundle / "trace.pftrace", counter_ts=False)),
         "drops": json.loads((bundle / "session.json").read_text())["drops"],
     }
 
@@ -109,7 +118,8 @@ EXPECTED: dict[str, Any] = {
         "rows": 2051,
         "sha": "dd99a3e13432e148"
     },
-    "trace_packets": "19135b7fac8a09a2"
+    "trace_events": [4142, "6cfc07f89ea62548"],
+    "trace_packets": "24e25530efacce2e"
 }
 
 
