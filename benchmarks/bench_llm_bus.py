@@ -29,10 +29,8 @@ the seconds and the ratio; writes ``benchmarks/results/bench_llm_bus.json``.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +38,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from benchcommon import best_of, tile_generates  # noqa: E402
 
 from exporter import schema  # noqa: E402
 from exporter.instrument.llm import GenerateRecord, load  # noqa: E402
@@ -50,16 +51,7 @@ SPANS = ROOT / "tests" / "exporter" / "testdata" / "romanizer_generate_spans.jso
 
 
 def _tiled(n: int) -> list[GenerateRecord]:
-    base = load([str(SPANS)])
-    span = max(r.end_ns for r in base) - min(r.start_ns for r in base)
-    out = []
-    for i in range(n):
-        r, k = base[i % len(base)], i // len(base)
-        d = k * span
-        out.append(dataclasses.replace(
-            r, generate_id=i, start_ns=r.start_ns + d, end_ns=r.end_ns + d,
-            step_ns=[t + d for t in r.step_ns]))
-    return out
+    return tile_generates(load([str(SPANS)]), n)
 
 
 def _fold_objects(recs: list[GenerateRecord]) -> dict[tuple[str, str], _Key]:
@@ -80,15 +72,6 @@ def _fold_objects(recs: list[GenerateRecord]) -> dict[tuple[str, str], _Key]:
     return keys
 
 
-def _best(fn: Any, repeat: int) -> tuple[float, Any]:
-    best, out = float("inf"), None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--calls", type=int, default=60_000)
@@ -105,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             batches.append(schema.decode(msg.payload, msg.headers)[3])
         return batches, size
 
-    t_wire, (batches, size) = _best(wire, a.repeat)
+    t_wire, (batches, size) = best_of(wire, a.repeat)
 
     def columnar() -> LlmMetrics:
         m = LlmMetrics(host="h")
@@ -113,8 +96,8 @@ def main(argv: list[str] | None = None) -> int:
             m.observe_table("h", b)
         return m
 
-    t_col, m = _best(columnar, a.repeat)
-    t_obj, keys = _best(lambda: _fold_objects(recs), a.repeat)
+    t_col, m = best_of(columnar, a.repeat)
+    t_obj, keys = best_of(lambda: _fold_objects(recs), a.repeat)
     (kc,), (ko,) = m.keys.values(), keys.values()
     assert (kc.tokens, kc.ttft.counts.tolist(), kc.itl.counts.tolist()) == (
         ko.tokens, ko.ttft.counts.tolist(), ko.itl.counts.tolist()), "folds differ"

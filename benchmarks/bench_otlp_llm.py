@@ -32,7 +32,6 @@ Both legs must give the same TTFT/ITL counts, bucket counts and tokens
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import time
@@ -43,7 +42,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from benchcommon import best_of, tile_generates  # noqa: E402
 from opentelemetry.exporter.otlp.proto.common.metrics_encoder import (  # noqa: E402
     encode_metrics,
 )
@@ -74,25 +75,7 @@ RES = Resource.create({"service.name": "aaco-exporter", "host.name": "h"})
 
 
 def _tiled(n: int) -> list[GenerateRecord]:
-    base = read_stream_file(LLAMA).records
-    span = max(r.end_ns for r in base) - min(r.start_ns for r in base)
-    out = []
-    for i in range(n):
-        r, k = base[i % len(base)], i // len(base)
-        d = k * span
-        out.append(dataclasses.replace(
-            r, generate_id=i, start_ns=r.start_ns + d, end_ns=r.end_ns + d,
-            step_ns=[t + d for t in r.step_ns]))
-    return out
-
-
-def _best(fn: Any, repeat: int) -> tuple[float, Any]:
-    best, out = float("inf"), None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
+    return tile_generates(read_stream_file(LLAMA).records, n)
 
 
 def _hists(req: Any) -> dict[str, tuple[int, list[int]]]:
@@ -161,8 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         data = reader.get_metrics_data()
         return bytes(encode_metrics(data).SerializeToString())
 
-    t_pre, body_pre = _best(pre_aggregated, a.repeat)
-    t_sdk, body_sdk = _best(sdk_record, a.repeat)
+    t_pre, body_pre = best_of(pre_aggregated, a.repeat)
+    t_sdk, body_sdk = best_of(sdk_record, a.repeat)
     from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
         ExportMetricsServiceRequest,
     )

@@ -399,3 +399,31 @@ def otel_provider(endpoint: str, queue: int, *, timeout: float | None = None,
                                                    max_export_batch_size=512,
                                                    schedule_delay_millis=100))
     return provider
+
+
+def best_of(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
+    """The fastest of ``repeat`` calls of ``fn`` (seconds, perf_counter) and
+    the last call's result."""
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def tile_generates(base: Sequence[Any], n: int) -> list[Any]:
+    """``n`` generate records (:class:`exporter.instrument.llm.GenerateRecord`)
+    tiled from the recorded ``base`` calls: copy ``k`` is shifted by ``k`` times
+    the recording's span and the ids renumbered (the output says "tiled")."""
+    import dataclasses
+
+    span = max(r.end_ns for r in base) - min(r.start_ns for r in base)
+    out = []
+    for i in range(n):
+        r, k = base[i % len(base)], i // len(base)
+        d = k * span
+        out.append(dataclasses.replace(
+            r, generate_id=i, start_ns=r.start_ns + d, end_ns=r.end_ns + d,
+            step_ns=[t + d for t in r.step_ns]))
+    return out
