@@ -17,7 +17,6 @@ Features come from the result row, so no kernel rows are kept:
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections import deque
 from collections.abc import Mapping
@@ -34,7 +33,7 @@ from stream_analytics.bottleneck import (
     classify,
     features_from_parts,
     gauge_features,
-    gauge_parts,
+    gauge_parts_split,
 )
 from stream_analytics.drift import DriftMonitor
 
@@ -69,19 +68,16 @@ def features_from_result(row: dict[str, Any], gauges: pa.Table | None = None,
     return Features(**vals)
 
 
-def _samples(table: pa.Table) -> list[pa.Table]:
-    """``table`` cut into its runs of equal ``ts_ns`` (zero-copy slices, in
-    order); ``[table]`` when it holds at most one (an empty batch included,
-    which takes a window place as before)."""
+def _sample_bounds(table: pa.Table) -> list[int]:
+    """Row offsets cutting ``table`` into its runs of equal ``ts_ns`` (its
+    samples, in order): ``[0, ..., num_rows]``; ``[0, num_rows]`` when it holds
+    at most one (an empty batch included, which takes a window place as before)."""
     n = table.num_rows
     if n < 2:
-        return [table]
+        return [0, n]
     ts = table.column("ts_ns").to_numpy()
     cuts = np.flatnonzero(ts[1:] != ts[:-1]) + 1
-    if not len(cuts):
-        return [table]
-    bounds = [0, *cuts.tolist(), n]
-    return [table.slice(a, b - a) for a, b in itertools.pairwise(bounds)]
+    return [0, *cuts.tolist(), n]
 
 
 class OnlineVerdicts:
@@ -103,9 +99,8 @@ class OnlineVerdicts:
         --publish-interval``) takes k places of the window, as k batches of one
         sample would, so the window stays 30 samples whatever the publish
         cadence."""
-        for part in _samples(table):  # gauge_parts once per sample, not per flush
-            self._gauges.setdefault(host, deque(maxlen=self.gauge_batches)).append(
-                gauge_parts(part))
+        window = self._gauges.setdefault(host, deque(maxlen=self.gauge_batches))
+        window.extend(gauge_parts_split(table, _sample_bounds(table)))  # once, not per flush
         self.drift.update_gauges(table, host)
         if table.num_rows:
             ts = int(pc.max(table.column("ts_ns")).as_py())

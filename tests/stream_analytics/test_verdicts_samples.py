@@ -9,6 +9,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from exporter.schema import ANALYTICS_RESULT, conform
+from stream_analytics.bottleneck import gauge_parts, gauge_parts_split
 from stream_analytics.verdicts import OnlineVerdicts
 from tests.stream_analytics.test_verdicts import _snapshot
 
@@ -62,3 +63,21 @@ def test_the_gauge_window_holds_the_last_30_samples_whatever_the_batching() -> N
     assert len(batched._gauges["node1"]) == 30
     assert got == last30._host_gauge_features("node1")
     assert got["power_cap_ratio"] != all40._host_gauge_features("node1")["power_cap_ratio"]
+
+
+def test_gauge_parts_split_equals_one_gauge_parts_call_per_sample() -> None:
+    """gauge_parts_split of 4 concatenated real samples gives, per sample and
+    part, the rows gauge_parts gives for that sample alone."""
+    samples = _samples(4)
+    t = pa.concat_tables(samples)
+    bounds = [0]
+    for s in samples:
+        bounds.append(bounds[-1] + s.num_rows)
+    got = gauge_parts_split(t, bounds)
+    want = [gauge_parts(s) for s in samples]
+    assert len(got) == 4
+    for g, w in zip(got, want, strict=True):
+        assert g.keys() == w.keys()
+        for part in w:
+            assert g[part].to_pylist() == w[part].to_pylist()
+    assert sum(g["power"].num_rows for g in got) > 0
