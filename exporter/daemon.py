@@ -46,6 +46,10 @@ if TYPE_CHECKING:  # the OpenTelemetry SDK is imported only when OTLP is on
 
 log = logging.getLogger("aaco.daemon")
 VERSION = "0.1.0"
+IDLE_FETCH_S = 5.0
+"""How long the analytics consumer's pull may linger with nothing to flush (s):
+a message ends it at once, so this only sets how often an idle daemon asks
+the server (two pull requests per fetch); stop ends it too."""
 
 
 @dataclass
@@ -175,7 +179,8 @@ async def run_daemon(opts: DaemonOptions, bus_cfg: BusConfig,
             window_s=opts.window_s, checkpoint=True, hosts=[opts.host],
             sched_keys=True, flush_interval_s=opts.flush_interval_s,
             checkpoint_interval_s=opts.checkpoint_interval_s,
-            idle_flush=False)  # one flush per interval, however the collectors interleave
+            idle_flush=False,  # one flush per interval, however the collectors interleave
+            idle_fetch_s=IDLE_FETCH_S)
         await consumer.start()
 
     def self_metrics() -> Any:
