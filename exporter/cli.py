@@ -289,9 +289,9 @@ def run(
                                  "a crash replays up to this much input")] = 30.0,
     publish_interval: Annotated[float, typer.Option(
         min=0.0, max=60.0, help="seconds between publishes of background samples (GPU "
-                                "gauges, scheduler samples, discovery snapshots), each "
-                                "still sampled at its collector's interval; the first at "
-                                "once. 0: after every collect. Spans are never held")] = 5.0,
+                                "gauges, scheduler samples), each still sampled at its "
+                                "collector's interval; the first at once. 0: after every "
+                                "collect. Spans and snapshots are never held")] = 5.0,
     duration: Annotated[float | None, typer.Option(help="stop after N seconds")] = None,
     state_dir: Annotated[str | None, typer.Option(
         help="embedded NATS state dir; also the outbox spool (STATE_DIR/outbox)")] = None,

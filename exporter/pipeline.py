@@ -7,7 +7,7 @@ publishes what it returns, and records each collector's health: ``up``,
 the active ``source``, errors, and the duration of every ``collect()`` call.
 
 With ``publish_interval_s > 0`` (``run --publish-interval``) background
-samples (gauges, scheduler samples, snapshots) are held in a
+samples (GPU gauges, scheduler samples) are held in a
 :class:`~exporter.publish_buffer.PublishBuffer` and published together every
 ``publish_interval_s`` by :meth:`Pipeline.run_publisher`, and at
 :meth:`Pipeline.close`; spans are never held. ``0`` (``capture``,

@@ -10,14 +10,14 @@ samples once per publish interval:
   publish. Every row keeps its own ``ts_ns``, so the data is the same, in
   fewer messages; consumers treat a batch as a sequence of samples
   (distinct ``ts_ns``), not as one sample.
-* :data:`DEFER_SIGNALS` (``process_info``, ``k8s_attribution``): snapshots
-  whose batch is "the whole set of the host"; they are held and published
-  with the others, each still as its own batch (never concatenated), so a
-  host's inputs reach the analytics consumer together and cost one flush.
-* anything else (``kernel_span``, ``iteration_span``, ``generate_span``,
-  ``graph_info``...) passes at once, and so does every emit of a ``collect()``
-  call that returns any such signal (the ``attach`` collector's duty-cycle
-  gauges travel with their kernel spans): event latency never waits here.
+* anything else passes at once: ``kernel_span``, ``iteration_span``,
+  ``generate_span``, ``graph_info`` (event latency never waits here), and
+  the ``process_info`` / ``k8s_attribution`` snapshots, whose batch is "the
+  whole set of the host" (never concatenated; the analytics consumer does
+  not read them, so holding them would save no flush, only delay a new
+  process on ``/metrics``). So does every emit of a ``collect()`` call that
+  returns any such signal (the ``attach`` collector's duty-cycle gauges
+  travel with their kernel spans).
 
 The first sample of each (collector, signal) passes at once, so ``/metrics``
 shows gauges right after start. The buffer is bounded: a (collector, signal)
@@ -40,8 +40,6 @@ from exporter import schema
 
 CONCAT_SIGNALS = frozenset({"gauge_sample", "sched_sample"})
 """Periodic samples concatenated into one batch per publish (rows keep ``ts_ns``)."""
-DEFER_SIGNALS = frozenset({"process_info", "k8s_attribution"})
-"""Whole-host snapshots held until the publish tick, each published as it was."""
 
 
 @dataclass
@@ -72,7 +70,7 @@ class PublishBuffer:
         is held. Raises :class:`~exporter.schema.SchemaError` for a background
         batch that does not fit its schema (nothing of the call is held then)."""
         emits = list(emits)
-        if any(e.signal not in CONCAT_SIGNALS | DEFER_SIGNALS for e in emits):
+        if any(e.signal not in CONCAT_SIGNALS for e in emits):
             return emits  # an event-carrying call: nothing waits
         conformed = [(e, schema.conform(e.signal, e.batch)) for e in emits]
         now: list[Emit] = []
@@ -108,7 +106,7 @@ class PublishBuffer:
         if h is None or not h.batches:
             return []
         signal = slot[1]
-        if signal not in CONCAT_SIGNALS or len(h.batches) == 1:
-            return [Emit(signal, b, k) for b, k in zip(h.batches, h.keys, strict=True)]
+        if len(h.batches) == 1:
+            return [Emit(signal, h.batches[0], h.keys[0])]
         # A deterministic id for the same samples: the first key and the count.
         return [Emit(signal, pa.Table.from_batches(h.batches), f"{h.keys[0]}+{len(h.keys)}")]

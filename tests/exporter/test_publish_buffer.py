@@ -45,15 +45,14 @@ def test_first_sample_passes_then_samples_wait_and_come_out_as_one_batch() -> No
     assert len(buf) == 0 and buf.drain() == []
 
 
-def test_snapshots_are_held_but_never_concatenated() -> None:
-    """process_info snapshots after the first wait for the tick and come out
-    one batch each (an empty snapshot included: it means 'no process')."""
+def test_snapshots_pass_at_once() -> None:
+    """process_info snapshots (the whole set of the host each) are never held:
+    every one, an empty one included, passes as it came."""
     buf = PublishBuffer()
-    assert len(buf.take("discovery", [Emit("process_info", _procs(1, [5]), "d:0")])) == 1
-    buf.take("discovery", [Emit("process_info", _procs(2, [5, 6]), "d:1")])
-    buf.take("discovery", [Emit("process_info", _procs(3, []), "d:2")])
-    out = buf.drain()
-    assert [(e.key, e.batch.num_rows) for e in out] == [("d:1", 2), ("d:2", 0)]
+    for i, pids in enumerate(([5], [5, 6], [])):
+        out = buf.take("discovery", [Emit("process_info", _procs(i, pids), f"d:{i}")])
+        assert [(e.key, e.batch.num_rows) for e in out] == [(f"d:{i}", len(pids))]
+    assert len(buf) == 0
 
 
 def test_spans_and_every_output_of_a_call_carrying_spans_pass_at_once() -> None:
