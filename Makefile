@@ -58,7 +58,7 @@ bench: setup
 	$(PY) benchmarks/bench_capture_overhead.py
 	$(PY) benchmarks/bench_instrument.py
 	$(PY) benchmarks/bench_attribution.py
-	$(PY) benchmarks/bench_daemon_cost.py --baseline-ref fb47f91 --flush-interval 5
+	$(PY) benchmarks/bench_daemon_cost.py --baseline-ref fb47f91 --flush-interval 5 --publish-interval 0
 	$(PY) benchmarks/bench_kernel_diff.py
 	$(PY) benchmarks/bench_llm_bus.py
 	$(PY) benchmarks/bench_otlp_llm.py

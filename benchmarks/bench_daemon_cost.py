@@ -33,7 +33,10 @@ Baselines measured in the same run, the same way:
   floor of any Python daemon);
 * ``--baseline-ref REF`` (optional): the daemon of git revision REF
   (``git archive`` into a temporary directory, same interpreter), e.g. the
-  revision before the always-on cost work; ratios are this tree / REF.
+  revision before the always-on cost work; ratios are this tree / REF;
+* ``--publish-interval N`` (optional): this tree again with ``run
+  --publish-interval N`` (``0``: every sample published after its collect,
+  the behaviour before that flag; this tree's own leg runs the default).
 
 Goals (``benchmarks/README.md``): daemon + nats-server <= 1 % of one core,
 RSS <= 150 MB. Writes ``benchmarks/results/daemon_cost.json``.
@@ -41,7 +44,7 @@ RSS <= 150 MB. Writes ``benchmarks/results/daemon_cost.json``.
 Usage::
 
     python benchmarks/bench_daemon_cost.py [--seconds 60] [--warmup 10] [--procs 8]
-                                           [--baseline-ref fb47f91]
+                                           [--baseline-ref fb47f91] [--publish-interval 0]
 """
 
 from __future__ import annotations
@@ -245,6 +248,9 @@ def main() -> int:
                          "tree and machine) or auto (eBPF where bcc and headers allow)")
     ap.add_argument("--flush-interval", type=float, default=0.0,
                     help="also measure this tree with run --flush-interval N")
+    ap.add_argument("--publish-interval", type=float, default=None,
+                    help="also measure this tree with run --publish-interval N "
+                         "(0: every sample published at once, as before that flag)")
     ap.add_argument("--watch", choices=("none", "auto"), default="none",
                     help="none: exactly the idle children; auto: plus every process "
                          "auto-discovery picks on this machine (fd and maps scan of all)")
@@ -264,6 +270,11 @@ def main() -> int:
                 f = _daemon_leg(name, tree, tmp, args)
                 f.modules = _modules(tree)
                 legs.append(f)
+                if name == "this-tree" and args.publish_interval is not None:
+                    f = _daemon_leg(f"publish-{args.publish_interval:g}s", tree, tmp, args,
+                                    ("--publish-interval", str(args.publish_interval)))
+                    f.modules = legs[-1].modules
+                    legs.append(f)
                 if name == "this-tree" and args.flush_interval:
                     f = _daemon_leg(f"flush-{args.flush_interval:g}s", tree, tmp, args,
                                     ("--flush-interval", str(args.flush_interval)))

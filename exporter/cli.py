@@ -287,6 +287,11 @@ def run(
         min=0.0, max=300.0, help="seconds between analytics checkpoints (KV) and the input "
                                  "acks after them; 0: at every flush. Longer costs less CPU; "
                                  "a crash replays up to this much input")] = 30.0,
+    publish_interval: Annotated[float, typer.Option(
+        min=0.0, max=60.0, help="seconds between publishes of background samples (GPU "
+                                "gauges, scheduler samples), each still sampled at its "
+                                "collector's interval; the first at once. 0: after every "
+                                "collect. Spans and snapshots are never held")] = 5.0,
     duration: Annotated[float | None, typer.Option(help="stop after N seconds")] = None,
     state_dir: Annotated[str | None, typer.Option(
         help="embedded NATS state dir; also the outbox spool (STATE_DIR/outbox)")] = None,
@@ -402,6 +407,7 @@ def run(
     opts.analytics = with_analytics
     opts.flush_interval_s = flush_interval
     opts.checkpoint_interval_s = checkpoint_interval
+    opts.publish_interval_s = publish_interval
     if with_analytics:
         from stream_analytics.consumer import redelivery_horizon_s
 

@@ -46,6 +46,10 @@ if TYPE_CHECKING:  # the OpenTelemetry SDK is imported only when OTLP is on
 
 log = logging.getLogger("aaco.daemon")
 VERSION = "0.1.0"
+IDLE_FETCH_S = 5.0
+"""How long the analytics consumer's pull may linger with nothing to flush (s):
+a message ends it at once, so this only sets how often an idle daemon asks
+the server (two pull requests per fetch); stop ends it too."""
 
 
 @dataclass
@@ -82,6 +86,7 @@ class DaemonOptions:
     analytics: bool = True  # False: no own consumer; a standalone worker serves this host
     flush_interval_s: float = 1.0  # analytics results at most this often
     checkpoint_interval_s: float = 30.0  # analytics checkpoint, then input acks, this often
+    publish_interval_s: float = 5.0  # background samples (gauges, sched) published this often
 
     def watch_mode(self) -> str:
         """``auto`` or ``none``: auto by default, except as a lab load generator
@@ -162,7 +167,7 @@ async def run_daemon(opts: DaemonOptions, bus_cfg: BusConfig,
         bus_cfg.outbox_dir = str(Path(opts.state_dir) / "outbox")
     pipe = Pipeline(opts.host, bus_cfg,
                     state_dir=Path(opts.state_dir) if opts.state_dir else None,
-                    listen=opts.nats_listen)
+                    listen=opts.nats_listen, publish_interval_s=opts.publish_interval_s)
     for c in _build_collectors(opts, pids):
         pipe.add(c)
         log.info("collector %s: source %s", c.name, c.source)
@@ -174,7 +179,8 @@ async def run_daemon(opts: DaemonOptions, bus_cfg: BusConfig,
             window_s=opts.window_s, checkpoint=True, hosts=[opts.host],
             sched_keys=True, flush_interval_s=opts.flush_interval_s,
             checkpoint_interval_s=opts.checkpoint_interval_s,
-            idle_flush=False)  # one flush per interval, however the collectors interleave
+            idle_flush=False,  # one flush per interval, however the collectors interleave
+            idle_fetch_s=IDLE_FETCH_S)
         await consumer.start()
 
     def self_metrics() -> Any:
@@ -235,6 +241,7 @@ async def run_daemon(opts: DaemonOptions, bus_cfg: BusConfig,
         loop.add_signal_handler(s, stop.set)
     tasks = [asyncio.create_task(consumer.run(stop))] if consumer is not None else []
     tasks += [asyncio.create_task(pipe.run_collector(c, stop)) for c in pipe.collectors]
+    tasks.append(asyncio.create_task(pipe.run_publisher(stop)))
 
     async def export_otlp() -> None:
         while not stop.is_set():

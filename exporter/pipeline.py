@@ -5,6 +5,13 @@ bus connection (starting the embedded nats-server when no URL is given),
 drives each collector's ``collect()`` from a worker thread on its interval,
 publishes what it returns, and records each collector's health: ``up``,
 the active ``source``, errors, and the duration of every ``collect()`` call.
+
+With ``publish_interval_s > 0`` (``run --publish-interval``) background
+samples (GPU gauges, scheduler samples) are held in a
+:class:`~exporter.publish_buffer.PublishBuffer` and published together every
+``publish_interval_s`` by :meth:`Pipeline.run_publisher`, and at
+:meth:`Pipeline.close`; spans are never held. ``0`` (``capture``,
+``replay``): everything is published after each ``collect()``.
 """
 
 from __future__ import annotations
@@ -22,10 +29,11 @@ from prometheus_client import Histogram
 from prometheus_client.core import Metric
 from prometheus_client.registry import CollectorRegistry
 
-from collectors.base import Collector
+from collectors.base import Collector, Emit
 from exporter import catalogue
 from exporter.bus import CLIENT_ERRORS, Bus, BusConfig
 from exporter.natsserver import EmbeddedNats
+from exporter.publish_buffer import PublishBuffer
 from exporter.sinks.prometheus import counter_family, counters_family, gauge_family
 
 log = logging.getLogger("aaco.pipeline")
@@ -54,6 +62,8 @@ class Pipeline:
     bus: Bus | None = None
     server: EmbeddedNats | None = None
     listen: tuple[str, int] | None = None  # embedded server's address; None: a free port
+    publish_interval_s: float = 0.0  # background samples published this often; 0: at once
+    buffer: PublishBuffer = field(default_factory=PublishBuffer)
 
     def __post_init__(self) -> None:
         self.collect_seconds = Histogram(
@@ -95,12 +105,40 @@ class Pipeline:
         finally:
             h.calls += 1
             self.collect_seconds.labels(c.name).observe(time.perf_counter() - t0)
+        if self.publish_interval_s > 0:
+            try:
+                emits = self.buffer.take(c.name, emits)
+            except Exception as e:  # a batch outside its schema: as a failed publish
+                self.drops["publish_error"] += len(emits)
+                log.warning("publishing %s output failed: %s", c.name, e)
+                return 0
+        return await self._publish(c.name, emits)
+
+    async def _publish(self, what: str, emits: list[Emit]) -> int:
+        assert self.bus is not None
         try:
             return await self.bus.publish(emits)
         except Exception as e:
             self.drops["publish_error"] += len(emits)
-            log.warning("publishing %s output failed: %s", c.name, e)
+            log.warning("publishing %s output failed: %s", what, e)
             return 0
+
+    async def publish_held(self) -> int:
+        """Publish every background sample held (see the module doc); returns
+        the messages sent. A no-op without a bus or with nothing held."""
+        if self.bus is None or not len(self.buffer):
+            return 0
+        return await self._publish("held samples", self.buffer.drain())
+
+    async def run_publisher(self, stop: asyncio.Event) -> None:
+        """Every ``publish_interval_s`` publish the held samples, until ``stop``
+        (what is held then is published by :meth:`close`). Returns at once when
+        the interval is 0."""
+        while self.publish_interval_s > 0 and not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=self.publish_interval_s)
+            if not stop.is_set():
+                await self.publish_held()
 
     async def run_collector(self, c: Collector, stop: asyncio.Event,
                             done: Callable[[], bool] | None = None) -> None:
@@ -176,6 +214,8 @@ class Pipeline:
         return out
 
     async def close(self) -> None:
+        """Publish the held samples, close the collectors, the bus and the server."""
+        await self.publish_held()
         for c in self.collectors:
             try:
                 await asyncio.to_thread(c.close)

@@ -65,6 +65,7 @@ fresh.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import logging
@@ -157,6 +158,7 @@ class AnalyticsConsumer:
         sched_keys: bool = False,
         hosts: Sequence[str] | None = None,
         checkpoint_interval_s: float = 0.0,
+        idle_fetch_s: float = 0.5,
     ) -> None:
         if not 0 <= instance < instances:
             raise ValueError(f"instance {instance} is not in 0..{instances - 1}")
@@ -169,6 +171,7 @@ class AnalyticsConsumer:
         self.flush_interval_s = flush_interval_s
         self.checkpoint_interval_s = checkpoint_interval_s
         self.idle_flush = idle_flush
+        self.idle_fetch_s = idle_fetch_s
         self._unacked: list[Any] = []  # fetched since the last checkpoint
         self._spans_waiting = False  # spans folded in since the last flush
         self._new: list[int] = []
@@ -318,7 +321,8 @@ class AnalyticsConsumer:
         mine = [p for p in range(n) if p % self.instances == self.instance]
         return [f"{schema.SUBJECT_PREFIX}.{s}.*.{p}" for s in INPUTS for p in mine]
 
-    async def step(self, timeout: float = 0.5) -> int:
+    async def step(self, timeout: float | None = None,
+                   stop: asyncio.Event | None = None) -> int:
         """Fetch and fold one batch; returns the number of messages fetched.
 
         Flushes (results; the checkpoint and acks when due, see :meth:`flush`)
@@ -331,12 +335,14 @@ class AnalyticsConsumer:
         flushed once the stream stays quiet for :data:`IDLE_FLUSH_S`, so a
         span reaches the sinks well within a second (event latency) while the
         always-on background stays cheap.
+
+        The fetch waits at most ``timeout`` (default ``idle_fetch_s``), less
+        when a flush or checkpoint falls due sooner (:meth:`fetch_timeout`); a
+        message ends the wait at once. With ``stop``, setting it ends the wait
+        too (what that fetch had not returned yet is redelivered later).
         """
-        prompt = self.idle_flush or self._spans_waiting
-        if self._new and prompt:
-            timeout = min(timeout, IDLE_FLUSH_S)
         try:
-            msgs = await self._sub.fetch(self.batch, timeout=timeout)
+            msgs = await self._fetch(self.fetch_timeout(timeout), stop)
         except (TimeoutError, NatsTimeout):
             msgs = []
         self._fold(msgs)
@@ -355,6 +361,43 @@ class AnalyticsConsumer:
             if self._commit_due(now):
                 await self._commit(now)
         return len(msgs)
+
+    def fetch_timeout(self, timeout: float | None = None) -> float:
+        """How long the next fetch may wait (s): ``timeout`` (default
+        ``idle_fetch_s``), cut to :data:`IDLE_FLUSH_S` when folded-in inputs
+        await a prompt flush, and to the time left until the next flush or
+        checkpoint falls due, or the next resolution of held kernels; at least
+        :data:`IDLE_FLUSH_S`."""
+        t = self.idle_fetch_s if timeout is None else timeout
+        if self._new and (self.idle_flush or self._spans_waiting):
+            return min(t, IDLE_FLUSH_S)
+        now = asyncio.get_running_loop().time()
+        to_flush = self.flush_interval_s - (now - self._last_flush)
+        if self._new or (self._unacked and self._kv is None):
+            t = min(t, to_flush)
+        if self._unacked and self._kv is not None:
+            t = min(t, max(to_flush, self.checkpoint_interval_s - (now - self._last_commit)))
+        if self.engine.window_s is not None and self.engine.held_kernels():
+            t = min(t, max(to_flush, IDLE_FLUSH_S))
+        return max(IDLE_FLUSH_S, t)
+
+    async def _fetch(self, timeout: float, stop: asyncio.Event | None) -> list[Any]:
+        """One pull ``fetch`` of up to :attr:`batch` messages; ``[]`` when
+        ``stop`` is set first (the fetch is cancelled)."""
+        if stop is None:
+            return list(await self._sub.fetch(self.batch, timeout=timeout))
+        fetch = asyncio.ensure_future(self._sub.fetch(self.batch, timeout=timeout))
+        halt = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({fetch, halt}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            halt.cancel()
+        if not fetch.done():
+            fetch.cancel()
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError, NatsTimeout):
+                await fetch
+            return []
+        return list(fetch.result())
 
     def _fold(self, msgs: list[Any]) -> None:
         self._unacked.extend(msgs)
@@ -520,7 +563,7 @@ class AnalyticsConsumer:
         publishes, checkpoints and acks what was folded in last."""
         while not stop.is_set():
             try:
-                await self.step()
+                await self.step(stop=stop)
             except Exception as e:  # keep the daemon alive; the bus reconnects
                 self.drops["consumer_error"] += 1
                 log.error("analytics step failed: %s", e)

@@ -642,24 +642,27 @@ class Analytics:
                 self._evict(st)
 
     def _sched(self, host: str, t: pa.Table) -> None:
-        """Fold a SCHED_SAMPLE table: per pid, the active rows' run-queue wait
-        and wall time (:func:`~stream_analytics.sii.active_totals`) and the
-        involuntary switches, from one group-by over the batch (not a filter
-        per pid), plus the newest ``comm`` of its main thread."""
+        """Fold a SCHED_SAMPLE table: per pid and sample (``ts_ns``), the active
+        rows' run-queue wait and wall time (:func:`~stream_analytics.sii.active_totals`)
+        and the involuntary switches, from one group-by over the batch (not a
+        filter per pid), plus the newest ``comm`` of its main thread. A batch
+        of k samples (``run --publish-interval``) folds in as k batches of one:
+        one entry per pid and sample, in ``ts_ns`` order."""
         if t.num_rows == 0:
             return
-        ts = int(pc.max(t.column("ts_ns")).as_py())
         now = time.time_ns()
         pid_col = t.column("pid")
         active = pc.greater(pc.add(t.column("run_ns"), t.column("runq_wait_ns")), 0)
-        per = pa.table({"pid": pid_col,
+        per = pa.table({"pid": pid_col, "ts": t.column("ts_ns"),
                         "wait": pc.if_else(active, t.column("runq_wait_ns"), None),
                         "wall": pc.if_else(active, t.column("interval_ns"), None),
                         "invol": t.column("involuntary_switches")})
-        sums = per.group_by("pid", use_threads=False).aggregate(
+        sums = per.group_by(["pid", "ts"], use_threads=False).aggregate(
             [("wait", "sum"), ("wall", "sum"), ("invol", "sum")]).to_pydict()
-        totals = {p: (int(w or 0), int(wl or 0), int(i or 0)) for p, w, wl, i in zip(
-            sums["pid"], sums["wait_sum"], sums["wall_sum"], sums["invol_sum"], strict=True)}
+        totals: dict[int, list[tuple[int, int, int, int]]] = {}
+        for p, ts, w, wl, i in zip(sums["pid"], sums["ts"], sums["wait_sum"], sums["wall_sum"],
+                                   sums["invol_sum"], strict=True):
+            totals.setdefault(p, []).append((int(ts), int(w or 0), int(wl or 0), int(i or 0)))
         comms: dict[int, str] = {}
         if "comm" in t.column_names:  # the newest wins: exec() renames a process
             main = t.filter(pc.equal(t.column("tid"), pid_col)).select(["pid", "comm"])
@@ -668,8 +671,9 @@ class Analytics:
                 if c:
                     comms[p] = c
         for p in pc.unique(pid_col).to_pylist():  # first-seen order, as the keys are made
-            wait, wall, invol = totals[p]
-            self.sched.setdefault((host, int(p)), deque()).append((ts, wait, wall, invol))
+            dq = self.sched.setdefault((host, int(p)), deque())
+            entries = totals[p]
+            dq.extend(sorted(entries) if len(entries) > 1 else entries)
             if p in comms:
                 self.comms[(host, int(p))] = comms[p]
             mine = [st for k, st in self.keys.items() if k[0] == host and k[1] == p]

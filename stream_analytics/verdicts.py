@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -32,7 +33,7 @@ from stream_analytics.bottleneck import (
     classify,
     features_from_parts,
     gauge_features,
-    gauge_parts,
+    gauge_parts_split,
 )
 from stream_analytics.drift import DriftMonitor
 
@@ -67,21 +68,39 @@ def features_from_result(row: dict[str, Any], gauges: pa.Table | None = None,
     return Features(**vals)
 
 
+def _sample_bounds(table: pa.Table) -> list[int]:
+    """Row offsets cutting ``table`` into its runs of equal ``ts_ns`` (its
+    samples, in order): ``[0, ..., num_rows]``; ``[0, num_rows]`` when it holds
+    at most one (an empty batch included, which takes a window place as before)."""
+    n = table.num_rows
+    if n < 2:
+        return [0, n]
+    ts = table.column("ts_ns").to_numpy()
+    cuts = np.flatnonzero(ts[1:] != ts[:-1]) + 1
+    return [0, *cuts.tolist(), n]
+
+
 class OnlineVerdicts:
     """Drift monitors plus the classifier, per analytics key; checkpointable."""
 
     def __init__(self, gauge_batches: int = 30) -> None:
         self.drift = DriftMonitor()
         self.gauge_batches = gauge_batches
-        # host -> gauge_parts of its last gauge_batches batches (not the batches)
+        # host -> gauge_parts of its last gauge_batches samples (not the rows)
         self._gauges: dict[str, deque[dict[str, pa.Table]]] = {}
         self._gauge_ts: dict[str, int] = {}  # hosts whose GPU drift streams moved
 
     def ingest_gauges(self, host: str, table: pa.Table) -> None:
-        """Remember the host's last ``gauge_batches`` GAUGE_SAMPLE batches (classifier
-        features) and feed its GPU power and clock readings to the drift monitor."""
-        parts = gauge_parts(table)  # once per batch, not once per flush per batch
-        self._gauges.setdefault(host, deque(maxlen=self.gauge_batches)).append(parts)
+        """Remember the host's last ``gauge_batches`` GAUGE_SAMPLE samples (classifier
+        features) and feed its GPU power and clock readings to the drift monitor.
+
+        A sample is a run of rows with the same ``ts_ns`` (one ``collect()`` of
+        the gpu collector): a batch holding k samples (``run
+        --publish-interval``) takes k places of the window, as k batches of one
+        sample would, so the window stays 30 samples whatever the publish
+        cadence."""
+        window = self._gauges.setdefault(host, deque(maxlen=self.gauge_batches))
+        window.extend(gauge_parts_split(table, _sample_bounds(table)))  # once, not per flush
         self.drift.update_gauges(table, host)
         if table.num_rows:
             ts = int(pc.max(table.column("ts_ns")).as_py())
@@ -94,7 +113,7 @@ class OnlineVerdicts:
         return bool(self._gauge_ts)
 
     def _host_gauge_features(self, host: str) -> dict[str, float]:
-        """Classifier features of ``host``'s last ``gauge_batches`` gauge batches."""
+        """Classifier features of ``host``'s last ``gauge_batches`` gauge samples."""
         dq = self._gauges.get(host)
         return features_from_parts(list(dq)) if dq else {}
 

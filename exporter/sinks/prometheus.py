@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -247,6 +248,11 @@ class PromState:
                     s.hist_sum_ns += c * 1.5 * (2**i)  # bucket midpoint estimate
 
     def _gauges(self, host: str, b: pa.RecordBatch, now: float) -> None:
+        """Each series' value is its newest row by ``ts_ns`` (a batch may hold
+        several samples, ``run --publish-interval``); ties: the later row."""
+        ts = b.column("ts_ns").to_numpy()
+        if len(ts) > 1 and (ts[1:] < ts[:-1]).any():  # not in time order: stable sort
+            b = b.take(pc.sort_indices(b, [("ts_ns", "ascending")]))
         cols = {n: b.column(n).to_pylist() for n in
                 ("metric", "value", "unit", "kind", "gpu_index", "gpu_uuid", "attributes")}
         for i, metric in enumerate(cols["metric"]):

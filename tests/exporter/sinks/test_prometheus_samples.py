@@ -1,0 +1,71 @@
+"""The Prometheus sink on batches of several samples (``run
+--publish-interval``): a gauge series shows its newest sample by ``ts_ns``,
+and a batch of k samples renders exactly as k single-sample batches. Gauges:
+the real MI250 rocm-smi snapshot (collectors/gpu/testdata/PROVENANCE.md),
+power scaled per sample so each sample's value differs."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from prometheus_client import CollectorRegistry, generate_latest
+
+from exporter import schema
+from exporter.sinks.prometheus import PromState
+from tests.stream_analytics.test_verdicts import _snapshot
+
+
+def _exposition(state: PromState) -> str:
+    reg = CollectorRegistry()
+    reg.register(state)
+    return generate_latest(reg).decode()
+
+
+def _samples(n: int) -> list[pa.RecordBatch]:
+    return [schema.conform("gauge_sample", _snapshot(1_000 + i, 1.0 + 0.1 * i))
+            for i in range(n)]
+
+
+def _power(text: str) -> list[str]:
+    return sorted(ln for ln in text.splitlines() if ln.startswith("hw_gpu_power_watts{"))
+
+
+def _sched(ts: int, pid: int, wait: int, comm: str) -> pa.Table:
+    cols = {name: [None] for name in schema.SCHED_SAMPLE.names}
+    cols.update(ts_ns=[ts], interval_ns=[10**9], source=["proc"], pid=[pid], tid=[pid],
+                comm=[comm], runq_wait_ns=[wait], run_ns=[2 * wait], voluntary_switches=[3],
+                involuntary_switches=[1], migrations=[1], minor_faults=[4], major_faults=[0],
+                runq_hist_log2_ns=[[0, wait % 5, 1]])
+    return pa.table(cols, schema=schema.SCHED_SAMPLE)
+
+
+def test_a_batch_of_k_samples_renders_as_k_single_sample_batches() -> None:
+    """5 GPU samples and 5 scheduler samples in one batch each give the same
+    exposition, byte for byte, as 5 single-sample batches of each."""
+    gauges = _samples(5)
+    sched = [_sched(1_000 + i, 42, 1000 * (i + 1), f"srv{i}") for i in range(5)]
+    one, many = PromState(), PromState()
+    one.ingest("gauge_sample", "node1", pa.Table.from_batches(gauges).combine_chunks()
+               .to_batches()[0])
+    one.ingest("sched_sample", "node1", pa.concat_tables(sched).combine_chunks().to_batches()[0])
+    for g, s in zip(gauges, sched, strict=True):
+        many.ingest("gauge_sample", "node1", g)
+        many.ingest("sched_sample", "node1", s.to_batches()[0])
+    assert _exposition(one) == _exposition(many)
+    assert 'comm="srv4"' in _exposition(one)  # the newest sample's comm
+    assert 'aaco_sched_runqueue_wait_seconds_total{comm="srv4",host="node1",pid="42"} 1.5e-05' \
+        in _exposition(one)  # 1+2+3+4+5 us
+
+
+def test_a_gauge_series_shows_its_newest_sample_by_ts_ns() -> None:
+    """The same 3 samples in reverse row order: every power series shows the
+    last sample's value (power x 1.2), as when they arrive in time order."""
+    gauges = _samples(3)
+    newest = PromState()
+    newest.ingest("gauge_sample", "node1", gauges[-1])
+    reverse = PromState()
+    reverse.ingest("gauge_sample", "node1",
+                   pa.Table.from_batches(gauges[::-1]).combine_chunks().to_batches()[0])
+    assert _power(_exposition(reverse)) == _power(_exposition(newest))
+    first = PromState()
+    first.ingest("gauge_sample", "node1", gauges[0])
+    assert _power(_exposition(newest)) != _power(_exposition(first))
