@@ -80,7 +80,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, KeyValueConfig
 from nats.js.errors import APIError, BucketNotFoundError, KeyNotFoundError, NotFoundError
 
 from exporter import schema
-from exporter.bus import Bus
+from exporter.bus import TRANSIENT, Bus
 from exporter.fleet import host_subjects, split_by_host
 from stream_analytics import checkpoint
 from stream_analytics.engine import Analytics
@@ -195,6 +195,7 @@ class AnalyticsConsumer:
         self._commits = 0
         self.received: Counter[str] = Counter()
         self.drops: Counter[str] = Counter()
+        self.bus_errors: Counter[str] = Counter()  # transient errors by operation
         self.results_published = 0
         self._sub: Any = None
         self._kv: Any = None
@@ -345,7 +346,24 @@ class AnalyticsConsumer:
             msgs = await self._fetch(self.fetch_timeout(timeout), stop)
         except (TimeoutError, NatsTimeout):
             msgs = []
+        except TRANSIENT as e:  # connection lost mid-request: the server redelivers
+            self._bus_error("fetch", e)
+            await asyncio.sleep(0.1)
+            msgs = []
         self._fold(msgs)
+        try:
+            await self._after_fold(msgs)
+        except TRANSIENT as e:  # checkpoint or acks failed: retried at the next commit
+            self._bus_error("commit", e)
+        return len(msgs)
+
+    def _bus_error(self, what: str, e: BaseException) -> None:
+        """Count a transient bus error (``bus_errors``; nothing is lost: what
+        was not fetched or acknowledged is delivered again) and log it."""
+        self.bus_errors[what] += 1
+        log.warning("analytics %s failed, retrying: %s: %s", what, type(e).__name__, e)
+
+    async def _after_fold(self, msgs: list[Any]) -> None:
         now = asyncio.get_running_loop().time()
         prompt = self.idle_flush or self._spans_waiting
         if self._unacked and ((not msgs and prompt and self._new)
@@ -360,7 +378,6 @@ class AnalyticsConsumer:
             self._last_flush = now
             if self._commit_due(now):
                 await self._commit(now)
-        return len(msgs)
 
     def fetch_timeout(self, timeout: float | None = None) -> float:
         """How long the next fetch may wait (s): ``timeout`` (default
@@ -460,8 +477,12 @@ class AnalyticsConsumer:
             self._saved_generation = self.generation
         self._chain = b""
         unacked, self._unacked = self._unacked, []
-        for m in unacked:
-            await m.ack()
+        for i, m in enumerate(unacked):
+            try:
+                await m.ack()
+            except BaseException:  # the connection dropped: ack the rest next time
+                self._unacked[:0] = unacked[i:]
+                raise
         self._last_commit = now
         self._commits += 1
         if self._commits % 50 == 0 or self.checkpoint_interval_s >= 1.0:
@@ -518,9 +539,13 @@ class AnalyticsConsumer:
     async def _caught_up(self) -> bool:
         """Flush what is folded in; True when the server has nothing more to
         deliver and this worker has read the last message it delivered."""
-        if self._new or self._unacked:
-            await self.flush()
-        info = await self._sub.consumer_info()
+        try:
+            if self._new or self._unacked:
+                await self.flush()
+            info = await self._sub.consumer_info()
+        except TRANSIENT as e:  # not known yet: the drain loop asks again
+            self._bus_error("consumer_info", e)
+            return False
         return int(info.num_pending) == 0 and \
             int(info.delivered.stream_seq or 0) <= self._max_fetched
 

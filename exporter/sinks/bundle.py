@@ -31,6 +31,7 @@ Bundle layout (one directory per session)::
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -51,7 +52,7 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from exporter import schema
-from exporter.bus import Bus
+from exporter.bus import TRANSIENT, Bus
 from exporter.extras import MissingExtra, require
 
 log = logging.getLogger("aaco.bundle")
@@ -128,6 +129,7 @@ class BundleSink:
         self.session = session
         self.batches: dict[str, list[pa.RecordBatch]] = defaultdict(list)
         self.drops: Counter[str] = Counter()
+        self.bus_errors = 0  # transient fetch errors (nothing lost: fetched again)
         self._sub: Any = None
         self._spool_dir = spool_dir
         self._own_dir: str | None = None
@@ -157,6 +159,11 @@ class BundleSink:
         try:
             msgs = await self._sub.fetch(1024, timeout=timeout)
         except (TimeoutError, NatsTimeout):
+            return 0
+        except TRANSIENT as e:  # connection lost mid-request: fetched again next step
+            self.bus_errors += 1
+            log.warning("bundle sink fetch failed, retrying: %s: %s", type(e).__name__, e)
+            await asyncio.sleep(0.1)
             return 0
         for m in msgs:
             seq = m.metadata.sequence.stream
@@ -196,7 +203,7 @@ class BundleSink:
                 continue
             try:
                 info = await self._sub.consumer_info()
-            except NatsTimeout:
+            except TRANSIENT:  # a busy server's late answer, or a dropped connection
                 late += 1
                 if late >= 5:
                     raise

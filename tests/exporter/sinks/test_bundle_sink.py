@@ -156,3 +156,34 @@ def test_caught_up_drains_of_sink_and_analytics_read_everything_without_an_empty
     assert sink_rows == folded == 25 * 400
     assert 0 not in sink_fetches and 0 not in an_fetches
     assert results >= 1  # the results the consumer published at the end
+
+
+def test_a_fetch_failing_with_a_lost_connection_is_retried_and_loses_nothing(
+        nats_server: EmbeddedNats, tmp_path: Path) -> None:
+    """A fetch raising ConnectionResetError (nats-py's inline flush when the
+    connection drops mid-request) makes step() return 0 and count a bus
+    error instead of ending the capture; the next step reads every row."""
+
+    async def go() -> tuple[int, int, int]:
+        bus = await Bus.open(nats_server.url, BusConfig(), "h")
+        sink = BundleSink(bus, None, spool_dir=tmp_path / "spool")
+        await sink.start()
+        await bus.publish_table("kernel_span", _kernels(10, 0), "k")
+        real = sink._sub.fetch
+        calls = 0
+
+        async def flaky(*a: object, **kw: object) -> object:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise ConnectionResetError("Connection lost")
+            return await real(*a, **kw)
+
+        sink._sub.fetch = flaky
+        first = await sink.step(timeout=1.0)
+        await sink.drain()
+        await bus.close()
+        return first, sink.bus_errors, sink.rows["kernel_span"]
+
+    first, errors, rows = asyncio.run(go())
+    assert (first, errors, rows) == (0, 1, 10)
