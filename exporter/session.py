@@ -192,10 +192,14 @@ class Session:
 
     def outbox_stats(self) -> dict[str, Any]:
         """What the bus outbox did: messages published late (``redelivered``),
-        found already stored (``already_stored``), spilled to disk, dropped."""
+        found already stored (``already_stored``), spilled to disk, dropped;
+        and ``read_retries``: fetches or acks of the analytics consumer and
+        the bundle sink retried after a dropped connection (nothing lost)."""
         b = self.bus
         return {"redelivered": b.redelivered, "already_stored": b.already_stored,
-                "spilled": b.outbox.spilled, "dropped": dict(b.outbox.dropped)}
+                "spilled": b.outbox.spilled, "dropped": dict(b.outbox.dropped),
+                "read_retries": {"analytics": sum(self.consumer.bus_errors.values()),
+                                 "bundle": self.sink.bus_errors}}
 
     def loss(self) -> str | None:
         """``None`` when nothing published was lost, else a line naming it:

@@ -18,7 +18,7 @@ from exporter import schema
 from exporter.instrument.llm import load
 from exporter.instrument.publisher import generate_batch
 from exporter.natsserver import free_port
-from tests.support import ROOT, load_path, scrape_metrics
+from tests.support import ROOT, load_path, scrape_metrics, stop_process
 
 rx = load_path("aaco_otlp_receiver", ROOT / "tests/exporter/sinks/otlp_receiver.py")
 ROMANIZER = ROOT / "tests/exporter/testdata/romanizer_generate_spans.jsonl"
@@ -107,9 +107,5 @@ def test_daemon_exports_generate_spans_as_llm_metrics_over_otlp(
                 assert count == 6.0
                 assert proc.poll() is None
             finally:
-                proc.terminate()
-                try:
-                    proc.wait(30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+                stop_process(proc)
     assert proc.returncode == 0, log_path.read_text()[-2000:]

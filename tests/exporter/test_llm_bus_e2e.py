@@ -21,7 +21,7 @@ import pytest
 
 from exporter import schema
 from exporter.natsserver import free_port
-from tests.support import scrape_metrics
+from tests.support import scrape_metrics, stop_process
 
 pytest.importorskip("arabic_name_romanizer")
 
@@ -97,11 +97,7 @@ def daemon(tmp_path: Path, cli_env: dict[str, str], aaco: str) -> Iterator[Daemo
                 time.sleep(0.2)
         yield d
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
         log.close()
 
 
