@@ -146,6 +146,15 @@ def _q(expr: str, legend: str = "", *, needs: str | None = None) -> Query:
     return Query(expr=expr, legend=legend, needs=needs)
 
 
+def _model_quantiles(histogram: str) -> tuple[Query, ...]:
+    """p50 and p99 of ``histogram`` per ``model`` (host/pod filtered), one query each."""
+    return tuple(
+        _q(f"histogram_quantile({q}, sum by (le, model) (rate({histogram}_bucket{{{HL}}}[{RI}])))",
+           f"{{{{model}}}} p{int(q * 100)}")
+        for q in (0.5, 0.99)
+    )
+
+
 def _gpu(expr: str, legend: str = "", *, needs: str = GPU_REASON) -> Query:
     return Query(expr=expr, legend=legend, needs=needs)
 
@@ -776,14 +785,7 @@ MODEL = DashboardSpec(
                     "Time to first token",
                     "p50 and p99 of aaco_llm_time_to_first_token_seconds per generate_span "
                     "model (docs/llm.md); the model label is the program's, not the ONNX file's.",
-                    tuple(
-                        _q(
-                            f"histogram_quantile({q}, sum by (le, model) "
-                            f"(rate(aaco_llm_time_to_first_token_seconds_bucket{{{HL}}}[{RI}])))",
-                            f"{{{{model}}}} p{int(q * 100)}",
-                        )
-                        for q in (0.5, 0.99)
-                    ),
+                    _model_quantiles("aaco_llm_time_to_first_token_seconds"),
                     unit="s",
                     span=8,
                 ),
@@ -791,14 +793,7 @@ MODEL = DashboardSpec(
                     "timeseries",
                     "Inter-token latency",
                     "p50 and p99 of aaco_llm_inter_token_latency_seconds (per sequence).",
-                    tuple(
-                        _q(
-                            f"histogram_quantile({q}, sum by (le, model) "
-                            f"(rate(aaco_llm_inter_token_latency_seconds_bucket{{{HL}}}[{RI}])))",
-                            f"{{{{model}}}} p{int(q * 100)}",
-                        )
-                        for q in (0.5, 0.99)
-                    ),
+                    _model_quantiles("aaco_llm_inter_token_latency_seconds"),
                     unit="s",
                     span=8,
                 ),
