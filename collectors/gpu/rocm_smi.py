@@ -83,27 +83,44 @@ def _device(index: int, card: Mapping[str, Any]) -> R.Device:
     return R.Device(index, uuid, attrs)
 
 
+_Plan = tuple[str, float, str, str, dict[str, str]] | None
+_PLANS: dict[str, _Plan] = {}
+_MAX_PLANS = 4096  # distinct field names remembered (rocm-smi has ~130); past it: not cached
+
+
+def _plan(key: str) -> _Plan:
+    """``key``'s mapping (metric, factor, unit, kind, attributes), ``None`` for a
+    field that is not a reading. Memoised: a poll sees the same ~130 names."""
+    got = _PLANS.get(key, False)
+    if got is not False:
+        return got  # type: ignore[return-value]
+    plan: _Plan
+    spec = FIELDS.get(key)
+    if spec is not None:
+        plan = spec
+    elif (m := _HBM.match(key)) is not None:
+        plan = (R.TEMPERATURE, 1.0, "Cel", R.GAUGE, {"sensor": f"hbm_{m.group(1)}"})
+    elif (m := _CLK.match(key)) is not None:
+        plan = (R.CLOCK, 1e6, "Hz", R.GAUGE, {"clock": m.group(1)})
+    elif key in _CURRENT_CLK:
+        plan = (R.CLOCK, 1e6, "Hz", R.GAUGE, {"clock": _CURRENT_CLK[key]})
+    else:
+        plan = None
+    if len(_PLANS) < _MAX_PLANS:
+        _PLANS[key] = plan
+    return plan
+
+
 def parse_card(index: int, card: Mapping[str, Any], where: str = "") -> R.ParseResult:
     """Rows of one ``cardN`` object; ``where`` prefixes error messages."""
     res = R.ParseResult()
     dev = _device(index, card)
     seen_clocks: set[str] = set()
     for key, raw in card.items():
-        spec = FIELDS.get(key)
-        attrs: dict[str, str] = {}
-        if spec is not None:
-            metric, factor, unit, kind, attrs = spec
-        elif (m := _HBM.match(key)) is not None:
-            metric, factor, unit, kind = R.TEMPERATURE, 1.0, "Cel", R.GAUGE
-            attrs = {"sensor": f"hbm_{m.group(1)}"}
-        elif (m := _CLK.match(key)) is not None:
-            metric, factor, unit, kind = R.CLOCK, 1e6, "Hz", R.GAUGE
-            attrs = {"clock": m.group(1)}
-        elif key in _CURRENT_CLK:
-            metric, factor, unit, kind = R.CLOCK, 1e6, "Hz", R.GAUGE
-            attrs = {"clock": _CURRENT_CLK[key]}
-        else:
+        plan = _plan(key)
+        if plan is None:
             continue
+        metric, factor, unit, kind, attrs = plan
         try:
             value = R.parse_number(raw)
         except ValueError as e:

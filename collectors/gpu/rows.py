@@ -230,29 +230,43 @@ class Device:
         return Row(metric, value, unit, self.index, self.uuid, kind, tuple(sorted(merged.items())))
 
 
+def _dict_column(values: list[str]) -> pa.DictionaryArray:
+    """``values`` as a ``dictionary<int32, string>`` array (the schema's type)."""
+    codes: dict[str, int] = {}
+    idx = [codes.setdefault(v, len(codes)) for v in values]
+    return pa.DictionaryArray.from_arrays(pa.array(idx, pa.int32()),
+                                          pa.array(list(codes), pa.string()))
+
+
+def _encodable(strings: list[str]) -> bool:
+    """True when every string encodes as UTF-8 (one check for the whole poll)."""
+    try:
+        "".join(strings).encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def to_table(rows: list[Row], *, ts_ns: int, source: str) -> pa.RecordBatch:
     """Rows as one ``gauge_sample`` record batch (schema-conformant; text from the
     tools that Arrow cannot encode as UTF-8 is repaired with :func:`utf8`)."""
-    cols: dict[str, list[object]] = {
-        "ts_ns": [ts_ns] * len(rows),
-        "metric": [r.metric for r in rows],
-        "value": [float(r.value) for r in rows],
-        "kind": [r.kind for r in rows],
-        "unit": [r.unit for r in rows],
-        "source": [source] * len(rows),
-        "gpu_index": [r.gpu_index for r in rows],
-        "gpu_uuid": [None if r.gpu_uuid is None else utf8(r.gpu_uuid) for r in rows],
-        "attributes": [[(utf8(k), utf8(v)) for k, v in r.attributes] for r in rows],
-    }
-    arrays = {
-        "ts_ns": pa.array(cols["ts_ns"], pa.int64()),
-        "metric": pa.array(cols["metric"], pa.string()),
-        "value": pa.array(cols["value"], pa.float64()),
-        "kind": pa.array(cols["kind"], pa.string()),
-        "unit": pa.array(cols["unit"], pa.string()),
-        "source": pa.array(cols["source"], pa.string()),
-        "gpu_index": pa.array(cols["gpu_index"], pa.int64()),
-        "gpu_uuid": pa.array(cols["gpu_uuid"], pa.string()),
-        "attributes": pa.array(cols["attributes"], pa.map_(pa.string(), pa.string())),
-    }
-    return schema.conform("gauge_sample", pa.table(arrays))
+    n = len(rows)
+    uuids = [r.gpu_uuid for r in rows]
+    attrs = [list(r.attributes) for r in rows]
+    text = [u for u in uuids if u is not None] + [x for a in attrs for kv in a for x in kv]
+    if not _encodable(text):  # lone surrogates from \udXXX escapes: repair each string
+        uuids = [None if u is None else utf8(u) for u in uuids]
+        attrs = [[(utf8(k), utf8(v)) for k, v in a] for a in attrs]
+    arrays = [
+        pa.array([ts_ns] * n, pa.int64()),
+        _dict_column([r.metric for r in rows]),
+        pa.array([float(r.value) for r in rows], pa.float64()),
+        _dict_column([r.kind for r in rows]),
+        _dict_column([r.unit for r in rows]),
+        _dict_column([source] * n),
+        pa.array([r.gpu_index for r in rows], pa.int64()),
+        pa.array(uuids, pa.string()),
+        pa.array(attrs, pa.map_(pa.string(), pa.string())),
+    ]
+    return schema.conform("gauge_sample",
+                          pa.RecordBatch.from_arrays(arrays, schema=schema.GAUGE_SAMPLE))
