@@ -33,10 +33,13 @@ import re
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+_T = TypeVar("_T", pa.RecordBatch, pa.Table)
 
 SCHEMA_VERSION = 1
 """Bumped on any incompatible change of a schema below."""
@@ -408,6 +411,34 @@ def conform(signal: str, table: pa.Table | pa.RecordBatch) -> pa.RecordBatch:
     out = pa.Table.from_arrays(cols, schema=schema).combine_chunks()
     batches = out.to_batches()
     return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=schema)
+
+
+def plain(data: _T) -> _T:
+    """``data`` (a record batch or table) with its dictionary-encoded columns
+    decoded to their value type: the same values, no dictionary.
+
+    pyarrow's ``to_pylist`` / ``to_pydict`` build one scalar object per
+    element of a dictionary column, ~45x slower than for a plain string
+    column (0.33 vs 0.007 ms for a 280-row ``metric`` column); call this
+    before turning a wire batch into Python values.
+
+    >>> b = pa.record_batch({"m": pa.array(["a", "b", "a"]).dictionary_encode()})
+    >>> plain(b).schema.field("m").type, plain(b).column("m").to_pylist()
+    (DataType(string), ['a', 'b', 'a'])
+    """
+    fields = list(data.schema)
+    idx = [i for i, f in enumerate(fields) if pa.types.is_dictionary(f.type)]
+    if not idx:
+        return data
+    cols = list(data.columns)
+    for i in idx:
+        value_type = fields[i].type.value_type
+        cols[i] = cols[i].cast(value_type)
+        fields[i] = fields[i].with_type(value_type)
+    out_schema = pa.schema(fields, metadata=data.schema.metadata)
+    if isinstance(data, pa.RecordBatch):
+        return pa.RecordBatch.from_arrays(cols, schema=out_schema)
+    return pa.Table.from_arrays(cols, schema=out_schema)
 
 
 def empty_batch(signal: str) -> pa.RecordBatch:

@@ -45,6 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from exporter.extras import MissingExtra
+from exporter.schema import plain
 from stream_analytics import adwin_buckets, river_import
 from stream_analytics import thresholds as T
 from stream_analytics.river_state import (
@@ -708,7 +709,7 @@ class DriftMonitor:
                               pa.array(list(GAUGE_STREAMS))))  # fmt: skip
         if not t.num_rows:
             return []
-        d = t.select(["ts_ns", "metric", "value", "gpu_index", "attributes"]).to_pydict()
+        d = plain(t.select(["ts_ns", "metric", "value", "gpu_index", "attributes"])).to_pydict()
         out: list[DriftEvent] = []
         for ts, metric, val, gpu, attrs in zip(d["ts_ns"], d["metric"], d["value"],
                                                d["gpu_index"], d["attributes"],

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from exporter.schema import BOTTLENECK, DRIFT_STATUS
+from exporter.schema import BOTTLENECK, DRIFT_STATUS, plain
 from stream_analytics.bottleneck import (
     CLASSES,
     Features,
@@ -124,7 +124,7 @@ class OnlineVerdicts:
         self._gauge_ts = {}
         verdicts = []
         host_gauges: dict[str, dict[str, float]] = {}  # once per host, not per row
-        for row in results.to_pylist():  # one row per key, not per kernel
+        for row in plain(results).to_pylist():  # one row per key, not per kernel
             self.drift.update_result(row)
             touched[row["host"]] = max(int(row["ts_ns"]), touched.get(row["host"], 0))
             if row["host"] not in host_gauges:

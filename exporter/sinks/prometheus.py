@@ -44,7 +44,7 @@ from prometheus_client.core import (
 
 from exporter import catalogue
 from exporter.catalogue import prom_name
-from exporter.schema import sanitize_token
+from exporter.schema import plain, sanitize_token
 from stream_analytics.llm_metrics import LlmMetrics
 
 _BAD = re.compile(r"[^a-zA-Z0-9_]")
@@ -145,6 +145,8 @@ class PromState:
     # -- ingest ----------------------------------------------------------------
     def ingest(self, signal: str, host: str, batch: pa.RecordBatch) -> None:
         now = time.monotonic()
+        if signal != "generate_span":  # to_pylist of a dictionary column: ~45x slower
+            batch = plain(batch)
         with self._lock:
             if signal == "analytics_result":
                 for row in batch.to_pylist():  # one row per key, not per kernel
@@ -255,11 +257,18 @@ class PromState:
             b = b.take(pc.sort_indices(b, [("ts_ns", "ascending")]))
         cols = {n: b.column(n).to_pylist() for n in
                 ("metric", "value", "unit", "kind", "gpu_index", "gpu_uuid", "attributes")}
-        for i, metric in enumerate(cols["metric"]):
-            value = cols["value"][i]
+        done: set[tuple[Any, ...]] = set()  # raw series already set from a newer row
+        keys: set[tuple[Any, ...]] = set()  # exposition series set in this call
+        for i in range(len(cols["metric"]) - 1, -1, -1):  # newest first
+            metric, value = cols["metric"][i], cols["value"][i]
             if value is None or (isinstance(value, float) and math.isnan(value)):
                 self.drops["gauge_nan"] += 1
                 continue
+            series = (metric, cols["unit"][i], cols["kind"][i], cols["gpu_index"][i],
+                      cols["gpu_uuid"][i], tuple(cols["attributes"][i] or ()))
+            if series in done:
+                continue
+            done.add(series)
             labels = {"host": host}
             if cols["gpu_index"][i] is not None:
                 labels["gpu_index"] = str(cols["gpu_index"][i])
@@ -270,6 +279,9 @@ class PromState:
                     labels[label_name(k)] = str(v)
             name = _prom_name(metric, cols["unit"][i], cols["kind"][i])
             key = (name, cols["kind"][i], metric, tuple(sorted(labels.items())))
+            if key in keys:  # two raw series, one exposition series: the newest row wins
+                continue
+            keys.add(key)
             self.gauges[key] = (now, float(value), cols["unit"][i])
 
     # -- collect ---------------------------------------------------------------

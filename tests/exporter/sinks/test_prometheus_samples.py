@@ -69,3 +69,39 @@ def test_a_gauge_series_shows_its_newest_sample_by_ts_ns() -> None:
     first = PromState()
     first.ingest("gauge_sample", "node1", gauges[0])
     assert _power(_exposition(newest)) != _power(_exposition(first))
+
+
+def _power_rows(values: list[float], attrs: list[list[tuple[str, str]]]) -> pa.RecordBatch:
+    n = len(values)
+    return schema.conform("gauge_sample", pa.table({
+        "ts_ns": list(range(1, n + 1)), "metric": ["hw.gpu.power"] * n, "value": values,
+        "kind": ["gauge"] * n, "unit": ["W"] * n, "source": ["rocm-smi"] * n,
+        "gpu_index": [0] * n, "gpu_uuid": [None] * n,
+        "attributes": pa.array(attrs, pa.map_(pa.string(), pa.string()))}))
+
+
+def test_a_nan_newest_reading_keeps_the_older_value_and_counts_every_nan() -> None:
+    """Samples 300 W, NaN, 310 W, NaN of one series in one batch: the series
+    shows 310 W (its newest finite reading) and both NaN rows are counted as
+    ``gauge_nan`` drops, as when the four arrive one batch each."""
+    vals = [300.0, float("nan"), 310.0, float("nan")]
+    attrs = [[("sensor", "average")]] * 4
+    one, many = PromState(), PromState()
+    one.ingest("gauge_sample", "n", _power_rows(vals, attrs))
+    for v in vals:
+        many.ingest("gauge_sample", "n", _power_rows([v], attrs[:1]))
+    assert _power(_exposition(one)) == _power(_exposition(many))
+    assert _power(_exposition(one))[0].endswith(" 310.0")
+    assert one.drops["gauge_nan"] == many.drops["gauge_nan"] == 2
+
+
+def test_two_raw_series_with_one_exposition_name_show_the_newest_row() -> None:
+    """Attributes ``a.b`` and ``a_b`` both become label ``a_b``: the newer row
+    (by ``ts_ns``) gives the value, in a batch as in separate batches."""
+    vals, attrs = [1.0, 2.0, 3.0], [[("a.b", "x")], [("a_b", "x")], [("a.b", "x")]]
+    for order in ([0, 1, 2], [2, 1, 0]):
+        one = PromState()
+        b = _power_rows([vals[i] for i in order], [attrs[i] for i in order])
+        ts = pa.array([i + 1 for i in order], pa.int64())
+        one.ingest("gauge_sample", "n", b.set_column(0, "ts_ns", ts))
+        assert [ln.rsplit(" ", 1)[1] for ln in _power(_exposition(one))] == ["3.0"]
