@@ -186,6 +186,7 @@ class AnalyticsConsumer:
         self.last_bottleneck: list[dict[str, Any]] = []
         self.checkpoint = checkpoint
         self.batch = batch
+        self._inputs_since: float | None = None  # loop time of the first input since the flush
         self.deliver_all = deliver_all
         self.session = session
         self.last_seq = 0
@@ -335,7 +336,11 @@ class AnalyticsConsumer:
         (``kernel_span``, ``iteration_span``, ``graph_info``): those are
         flushed once the stream stays quiet for :data:`IDLE_FLUSH_S`, so a
         span reaches the sinks well within a second (event latency) while the
-        always-on background stays cheap.
+        always-on background stays cheap. Once the interval has passed, the
+        flush still waits for the inputs to pause (an empty fetch, at most
+        :data:`IDLE_FLUSH_S`), so samples published together (a publish
+        tick's gauge and scheduler batches) share one flush; a stream that
+        never pauses is flushed one interval after its first input.
 
         The fetch waits at most ``timeout`` (default ``idle_fetch_s``), less
         when a flush or checkpoint falls due sooner (:meth:`fetch_timeout`); a
@@ -366,9 +371,17 @@ class AnalyticsConsumer:
     async def _after_fold(self, msgs: list[Any]) -> None:
         now = asyncio.get_running_loop().time()
         prompt = self.idle_flush or self._spans_waiting
+        if msgs and self._inputs_since is None:
+            self._inputs_since = now
+        # Interval due: flush once the inputs pause (an empty fetch, at most
+        # IDLE_FLUSH_S later), so samples published together -- a publish tick's
+        # gauge and sched batches, fetched a few ms apart -- share one flush; a
+        # stream that never pauses is flushed one interval after its first input.
+        waited = now - (self._inputs_since if self._inputs_since is not None else now)
+        due = now - self._last_flush >= self.flush_interval_s and (
+            not msgs or self.idle_flush or waited >= self.flush_interval_s)
         if self._unacked and ((not msgs and prompt and self._new)
-                              or len(self._unacked) >= COMMIT_AFTER
-                              or now - self._last_flush >= self.flush_interval_s):
+                              or len(self._unacked) >= COMMIT_AFTER or due):
             await self.flush()
         elif (not msgs and self.engine.window_s is not None and self.engine.held_kernels()
               and now - self._last_flush >= self.flush_interval_s):
@@ -451,6 +464,7 @@ class AnalyticsConsumer:
         then, when ``commit`` or due (:meth:`_commit_due`), checkpoint and ack
         everything folded in since the last checkpoint."""
         self._spans_waiting = False
+        self._inputs_since = None
         new, self._new = self._new, []
         if new:
             self.last_seq = max(self.last_seq, *new)

@@ -45,3 +45,33 @@ def test_an_empty_fetch_flushes_only_with_idle_flush(
     fetched, left, results = asyncio.run(_after_an_empty_fetch(nats_server.url, idle_flush))
     assert fetched == 1
     assert (left, results) == (unacked, published)
+
+
+async def _flushes_for_two_messages(url: str) -> tuple[int, int]:
+    """(flushes after the 2 messages and 1 empty fetch, messages left unacked)."""
+    bus = await Bus.open(url, BusConfig(), "h")
+    try:
+        sampler = ProcSampler()
+        sampler.sample({os.getpid()})
+        for i in range(2):  # a publish tick: two batches back to back
+            sum(range(50_000))
+            await bus.publish_table("sched_sample", sampler.sample({os.getpid()}), f"t:{i}")
+        c = AnalyticsConsumer(bus, durable="tick", window_s=30.0, checkpoint=False,
+                              flush_interval_s=1.0, idle_flush=False, hosts=["h"],
+                              sched_keys=True)
+        c.batch = 1  # one message per fetch: the two arrive in two fetches
+        await c.start()
+        c._last_flush = asyncio.get_running_loop().time() - 60.0  # the interval is long past
+        assert [await c.step(timeout=2.0) for _ in range(2)] == [1, 1]
+        assert c.generation == 0  # neither fetch flushed: the inputs had not paused
+        assert await c.step(timeout=0.2) == 0
+        return c.generation, len(c._unacked)
+    finally:
+        await bus.close()
+
+
+def test_samples_published_together_share_one_flush(nats_server: EmbeddedNats) -> None:
+    """Without idle_flush, with the flush interval long past: two sched batches
+    fetched one after the other are flushed once, after the empty fetch that
+    follows them (not once each), and both are acknowledged then."""
+    assert asyncio.run(_flushes_for_two_messages(nats_server.url)) == (1, 0)
