@@ -217,3 +217,36 @@ def test_collector_rejects_a_bad_cap() -> None:
     """max_watched < 1 is a clear error naming the option."""
     with pytest.raises(ValueError, match="max_watched"):
         create("discovery", CollectorContext(options={"max_watched": 0}))
+
+
+def test_an_unchanged_set_is_published_again_only_after_refresh_s(tmp_path: Path) -> None:
+    """Scans that find the same set emit nothing until ``refresh_s`` has passed
+    (then the snapshot again); a changed set is emitted at the next scan; with
+    ``refresh_s = 0`` every scan emits."""
+    name = f"aacoref{uuid.uuid4().hex[:6]}"
+    exe = _named_sleep(tmp_path, name)
+    opts = {"auto": False, "comm": f"^{name}$", "refresh_s": 30.0}
+    c = create("discovery", CollectorContext(host="h", options=opts, log=str))
+    every = create("discovery", CollectorContext(host="h", options={**opts, "refresh_s": 0.0},
+                                                 log=str))
+    signals = [[e.signal for e in c.collect()] for _ in range(3)]
+    assert signals == [["process_info"], [], []]  # empty set, unchanged
+    assert all(len(list(every.collect())) == 1 for _ in range(3))
+    pid = int(subprocess.run(["sh", "-c", f"{exe} 600 >/dev/null 2>&1 & echo $!"],
+                             capture_output=True, text=True, check=True).stdout)
+    try:
+        emits = list(c.collect())  # changed: at once
+        assert [r["pid"] for r in emits[0].batch.to_pylist()] == [pid]
+        assert list(c.collect()) == []
+        c._published_at -= 30.0  # as if refresh_s had passed
+        emits = list(c.collect())
+        assert [r["pid"] for r in emits[0].batch.to_pylist()] == [pid]
+    finally:
+        os.kill(pid, 9)
+
+
+def test_collector_rejects_a_refresh_beyond_the_sinks_expiry() -> None:
+    """refresh_s outside [0, 240] is a clear error naming the option."""
+    for bad in (-1.0, 300.0):
+        with pytest.raises(ValueError, match="refresh_s"):
+            create("discovery", CollectorContext(options={"refresh_s": bad}))
