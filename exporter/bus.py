@@ -68,7 +68,6 @@ from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
 from collectors.base import Emit
 from exporter import schema
-from exporter.natsimport import enable_websocket
 from exporter.outbox import Held, Outbox
 
 log = logging.getLogger("aaco.bus")
@@ -154,11 +153,8 @@ async def connect(url: str, cfg: BusConfig) -> Client:
 
     ``url`` may name several servers of one cluster, comma-separated
     (:func:`server_list`); nats-py then reconnects to another one when its
-    server goes away. ``ws://`` / ``wss://`` servers (nats-server's
-    ``websocket`` listener) need aiohttp (:func:`exporter.natsimport.enable_websocket`).
+    server goes away.
     """
-    if any(u.startswith(("ws://", "wss://")) for u in server_list(url)):
-        enable_websocket()
     last: BaseException | None = None
     delay = 0.5
     for attempt in range(cfg.connect_attempts):
