@@ -37,7 +37,7 @@ import itertools
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -115,8 +115,11 @@ class Features:
     roofline_compute_share: float | None = None  # kernel time at/above the ridge, [0, 1]
 
     def to_dict(self) -> dict[str, float | None]:
-        """JSON-able dict of all fields."""
-        return asdict(self)
+        """JSON-able dict of all fields (flat floats: no deep copy, unlike ``asdict``)."""
+        return {name: getattr(self, name) for name in _FEATURE_NAMES}
+
+
+_FEATURE_NAMES = tuple(f.name for f in fields(Features))
 
 
 @dataclass(frozen=True)
