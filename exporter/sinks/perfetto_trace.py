@@ -61,7 +61,9 @@ ui.perfetto.dev) sorts all packets by timestamp when it loads a trace.
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -86,6 +88,10 @@ from exporter.sinks import perfetto_slices as ps
 from exporter.sinks.otlp_proto import match_iterations
 
 SEQ_ID = ps.SEQ_ID
+ENCODE_THREADS = 2
+"""Threads encoding column-wise slices (:meth:`_Builder.encode`)."""
+PENDING_ENCODES = 4
+"""Encodings submitted and not yet written, at most (bounds the memory they hold)."""
 CHUNK_ROWS = 16_384
 """Kernel rows encoded per chunk (a larger input batch is split)."""
 WINDOW_EVENTS = 65_536
@@ -129,10 +135,19 @@ class TraceStats:
 
 class _Builder:
     """Track bookkeeping plus a packet buffer written to ``f`` every
-    :data:`FLUSH_PACKETS` packets (and before every raw chunk)."""
+    :data:`FLUSH_PACKETS` packets (and before every raw chunk).
 
-    def __init__(self, f: BinaryIO) -> None:
+    Column-wise slices are encoded in ``pool`` (:meth:`encode`: numpy
+    releases the GIL, so the encoding of one chunk runs on another core
+    while the next chunk's tracks and interned names are built here); what
+    is written stays in order: bytes wait in ``pending`` behind the
+    encodings submitted before them, at most :data:`PENDING_ENCODES` of them."""
+
+    def __init__(self, f: BinaryIO, pool: Executor | None = None) -> None:
         self.f = f
+        self.pool = pool
+        self.pending: deque[tuple[Future[tuple[bytes, int]] | bytes, int]] = deque()
+        self.encoding = 0
         self.trace = Trace()
         self.bytes = 0
         self.packets = 0
@@ -152,20 +167,54 @@ class _Builder:
 
     def flush(self) -> None:
         if len(self.trace.packet):
+            packets = len(self.trace.packet)
             data = self.trace.SerializeToString()
-            self.f.write(data)
-            self.bytes += len(data)
-            self.packets += len(self.trace.packet)
-            self.chunks += 1
             self.trace = Trace()
+            if self.pending:
+                self.pending.append((data, packets))
+            else:
+                self._write(data, packets)
 
-    def raw(self, data: bytes, packets: int) -> None:
-        """Write already serialized ``Trace.packet`` entries after what is buffered."""
-        self.flush()
+    def _write(self, data: bytes, packets: int) -> None:
         self.f.write(data)
         self.bytes += len(data)
         self.packets += packets
         self.chunks += 1
+
+    def raw(self, data: bytes, packets: int) -> None:
+        """Write already serialized ``Trace.packet`` entries after what is buffered."""
+        self.flush()
+        if self.pending:
+            self.pending.append((data, packets))
+        else:
+            self._write(data, packets)
+
+    def encode(self, fn: Callable[..., tuple[bytes, int]], *args: object) -> None:
+        """Write ``fn(*args)`` (serialized packets and their count, e.g.
+        :func:`perfetto_slices.encode`) after what is buffered: computed in
+        ``pool`` when there is one, written in order by :meth:`settle`."""
+        if self.pool is None:
+            self.raw(*fn(*args))
+            return
+        self.flush()
+        self.pending.append((self.pool.submit(fn, *args), 0))
+        self.encoding += 1
+        self.settle(PENDING_ENCODES)
+
+    def settle(self, limit: int = 0) -> None:
+        """Write what is pending, in order, until at most ``limit`` encodings
+        are outstanding (waiting for the oldest; exceptions are raised here)."""
+        while self.pending:
+            head, packets = self.pending[0]
+            if isinstance(head, Future):
+                if self.encoding <= limit and not head.done():
+                    return
+                data, packets = head.result()
+                self.encoding -= 1
+            else:
+                data = head
+            self.pending.popleft()
+            self._write(data, packets)
 
     def packet(self) -> TracePacket:
         if len(self.trace.packet) >= FLUSH_PACKETS:
@@ -476,7 +525,7 @@ def _gpu_chunk(b: _Builder, k: pa.RecordBatch, flows: _Flows) -> None:
             flow_out=ids))
     b.end_chunk_header()
     for s in parts:
-        b.raw(*ps.encode(s))
+        b.encode(ps.encode, s)
 
 
 def _batches(kernels: pa.Table | Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -512,8 +561,8 @@ def write_trace(
     for a missing column.
     """
     path = Path(path)
-    with path.open("wb") as f:
-        b = _Builder(f)
+    with path.open("wb") as f, ThreadPoolExecutor(ENCODE_THREADS, "trace-encode") as pool:
+        b = _Builder(f, pool)
         b.header()
         if sched is not None and sched.num_rows:
             comms = zip(
@@ -546,6 +595,7 @@ def write_trace(
         _held(b, iterations, cpu_parts, hip_api, flows)
         _counters(b, sched, gauges, analytics)
         b.flush()
+        b.settle()
     return TraceStats(
         path=path,
         bytes=b.bytes,
@@ -689,8 +739,14 @@ def _held(b: _Builder, iterations: pa.Table, cpu_parts: list[pa.RecordBatch],
     held = ps.concat(parts, HELD_ANNOTATIONS)
     del parts, cpu
     b.end_chunk_header()
-    for data, count in ps.encode_windows(held, WINDOW_EVENTS):
-        b.raw(data, count)
+    ts, order = ps.event_order(held.start, held.end, held.depth)
+    for off in range(0, len(order), WINDOW_EVENTS):
+        ev = order[off:off + WINDOW_EVENTS]
+        b.encode(_encode_window, held, ts, ev)
+
+
+def _encode_window(s: ps.SliceCols, ts: I64, ev: npt.NDArray[np.intp]) -> tuple[bytes, int]:
+    return ps.encode_events(s, ts, ev), len(ev)
 
 
 def _counters(b: _Builder, sched: pa.Table | None, gauges: pa.Table | None,
