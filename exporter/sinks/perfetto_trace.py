@@ -326,12 +326,30 @@ def _ints(col: pa.ChunkedArray | pa.Array, fill: int) -> list[int]:
 
 
 def _np(col: pa.ChunkedArray | pa.Array, fill: int = 0) -> I64:
-    """int64 numpy copy of ``col`` with nulls as ``fill``."""
-    return np.asarray(pc.fill_null(col, fill).to_numpy(zero_copy_only=False), dtype=np.int64)
+    """int64 numpy array of ``col`` with nulls as ``fill`` (read-only: a
+    column without nulls may be viewed, not copied)."""
+    if col.null_count:
+        col = pc.fill_null(col, fill)
+    return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
 def _valid(col: pa.ChunkedArray | pa.Array) -> npt.NDArray[np.bool_]:
+    if not col.null_count:
+        return np.ones(len(col), dtype=bool)
     return np.asarray(pc.is_valid(col).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _is_gpu(col: pa.Array) -> npt.NDArray[np.bool_]:
+    """Rows whose ``device_type`` is ``"gpu"`` (a null is a CPU kernel); a
+    dictionary column is compared once per distinct value."""
+    if pa.types.is_dictionary(col.type):
+        hit = np.asarray(pc.fill_null(pc.equal(pc.cast(col.dictionary, pa.string()), "gpu"),
+                                      False).to_numpy(zero_copy_only=False), dtype=bool)
+        if len(hit) == 0:
+            return np.zeros(len(col), dtype=bool)
+        return hit[_np(col.indices)] & _valid(col)
+    return np.asarray(pc.fill_null(pc.equal(pc.cast(col, pa.string()), "gpu"), False)
+                      .to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def _codes(col: pa.Array, ids: object) -> tuple[I64, npt.NDArray[np.bool_]]:
@@ -580,16 +598,14 @@ def write_trace(
         for k in _batches(kernels):
             nk += k.num_rows
             _name_processes(b, _np(k.column("pid")), k.column("model"))
-            dev = pc.fill_null(pc.cast(k.column("device_type"), pa.string()), "cpu")
-            gpu = pc.equal(dev, "gpu")
-            cpu = pc.invert(gpu)
-            if pc.all(cpu).as_py():
+            gpu = _is_gpu(k.column("device_type"))
+            if not gpu.any():
                 cpu_parts.append(k)  # all CPU (ORT captures): kept without a copy
-            elif pc.any(cpu).as_py():
-                cpu_parts.append(k.filter(cpu))
-            g = k.filter(gpu)
-            if g.num_rows:
-                _gpu_chunk(b, g, flows)
+            elif gpu.all():
+                _gpu_chunk(b, k, flows)  # all GPU (GPU traces): encoded without a copy
+            else:
+                cpu_parts.append(k.filter(pa.array(~gpu)))
+                _gpu_chunk(b, k.filter(pa.array(gpu)), flows)
             if progress is not None:
                 progress(nk)
         _held(b, iterations, cpu_parts, hip_api, flows)
