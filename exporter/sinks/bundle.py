@@ -148,10 +148,19 @@ class BundleSink:
     ``spool_dir`` (default: a new temporary directory, removed by
     :meth:`discard`), so memory does not grow with them; the others are kept
     in memory (they grow with iterations and time, not with kernels).
+    ``take_in_thread`` decodes each fetched batch of messages in a worker
+    thread (``asyncio.to_thread``), so the event loop goes on reading the
+    connection meanwhile (a session's analytics consumer shares it: a loop
+    busy decoding while the server pushes the consumer's fetch overflows the
+    server's per-connection buffer, a "slow consumer" it disconnects).
+    ``fetch_batch``: messages asked for per fetch.
     """
 
-    def __init__(self, bus: Bus, session: str | None, spool_dir: Path | None = None) -> None:
+    def __init__(self, bus: Bus, session: str | None, spool_dir: Path | None = None,
+                 take_in_thread: bool = False, fetch_batch: int = 1024) -> None:
         self.bus = bus
+        self.take_in_thread = take_in_thread
+        self.fetch_batch = fetch_batch
         self.session = session
         self.batches: dict[str, list[pa.RecordBatch]] = defaultdict(list)
         self.drops: Counter[str] = Counter()
@@ -182,8 +191,10 @@ class BundleSink:
             f"{schema.SUBJECT_PREFIX}.>", durable=None, stream=self.bus.cfg.stream, config=cfg)
 
     async def step(self, timeout: float = 0.2) -> int:
+        """Fetch up to :attr:`fetch_batch` messages and take them in
+        (:attr:`take_in_thread`: in a worker thread); returns how many were fetched."""
         try:
-            msgs = await self._sub.fetch(1024, timeout=timeout)
+            msgs = await self._sub.fetch(self.fetch_batch, timeout=timeout)
         except (TimeoutError, NatsTimeout):
             return 0
         except TRANSIENT as e:  # connection lost mid-request: fetched again next step
@@ -191,6 +202,14 @@ class BundleSink:
             log.warning("bundle sink fetch failed, retrying: %s: %s", type(e).__name__, e)
             await asyncio.sleep(0.1)
             return 0
+        if self.take_in_thread and msgs:
+            await asyncio.to_thread(self._take, msgs)
+        else:
+            self._take(msgs)
+        return len(msgs)
+
+    def _take(self, msgs: list[Any]) -> None:
+        """Decode fetched messages into the spools and the held batches."""
         for m in msgs:
             seq = m.metadata.sequence.stream
             if self._last_seq and seq > self._last_seq + 1:
@@ -212,7 +231,6 @@ class BundleSink:
                 self._spool(signal).add(batch)
             else:
                 self.batches[signal].append(batch)
-        return len(msgs)
 
     async def drain(self, caught_up: bool = False) -> None:
         """Read until the consumer has nothing pending (a busy server's late
