@@ -53,6 +53,10 @@ as one ``Trace``), so memory does not grow with the number of kernels:
    events at a time, so the encoding buffers do not grow with the capture;
 4. the counter tracks.
 
+The column-wise encodings of 2. and 3. run in :data:`ENCODE_THREADS` worker
+threads while the next chunk's tracks and interned names are built here;
+their bytes are written in the order above (:meth:`_Builder.encode`).
+
 Every kernel row becomes a slice; nothing is sampled or dropped. Packets are
 sorted by time within a chunk, not across chunks: trace_processor (and so
 ui.perfetto.dev) sorts all packets by timestamp when it loads a trace.
