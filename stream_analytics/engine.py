@@ -451,20 +451,26 @@ class Analytics:
         h = j.held
         if h is None or h.num_rows == 0:
             return []
-        tt = h["t_ns"].to_numpy()
-        n = len(tt)
+        n = h.num_rows
+        idx: np.ndarray[Any, Any] | None = None
         if len(j.s):
-            idx = join_ranges(np.full(n, pid, np.int64), tt, np.full(len(j.s), pid, np.int64),
-                              j.s, j.e)
+            idx = join_ranges(np.full(n, pid, np.int64), h["t_ns"].to_numpy(),
+                              np.full(len(j.s), pid, np.int64), j.s, j.e)
+            hit = idx >= 0
         else:  # no span indexed for the pid (yet): nothing can be attributed
-            idx = np.full(n, -1, np.int64)
-        hit = idx >= 0
-        late = (tt < j.watermark - self.grace_ns) | (
-            h["arrived_ns"].to_numpy() < now - self.grace_ns)
+            hit = np.zeros(n, bool)
         if force:
-            late[:] = True
-        elif n > self.max_held:
-            late[: n - self.max_held] = True  # held in arrival order: the oldest first
+            late = np.ones(n, bool)
+        else:
+            # a column is compared row by row only when its minimum is late
+            # (held kernels wait for minutes of spans: most calls find none)
+            late = np.zeros(n, bool)
+            for name, limit in (("t_ns", j.watermark - self.grace_ns),
+                                ("arrived_ns", now - self.grace_ns)):
+                if pc.min(h[name]).as_py() < limit:
+                    late |= h[name].to_numpy() < limit
+            if n > self.max_held:
+                late[: n - self.max_held] = True  # held in arrival order: the oldest first
         go = hit | late
         if not go.any():
             return []
@@ -473,7 +479,7 @@ class Analytics:
         lost = int((~hit_out).sum())
         if lost:
             self.drops["unattributed_kernel"] += lost
-        pos = np.maximum(idx[go], 0)
+        pos = np.maximum(idx[go], 0) if idx is not None else np.zeros(len(hit_out), np.int64)
         span_model = pa.DictionaryArray.from_arrays(
             pa.array(j.mc[pos].astype(np.int32) if len(j.mc) else np.zeros(len(pos), np.int32)),
             pa.array(j.models or [""])).cast(pa.string())
