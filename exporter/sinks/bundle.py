@@ -79,11 +79,16 @@ ROW_GROUP_ROWS = 65_536
 """Rows buffered per Parquet row group of a spooled signal."""
 SPOOL_PENDING = 2
 """Row groups of a spooled signal waiting for its writer thread, at most."""
+DELTA_COLUMNS = {"kernel_span": ("start_ns", "end_ns", "correlation_id", "dispatch_id")}
+"""Columns of a spooled signal written ``DELTA_BINARY_PACKED`` (no dictionary):
+timestamps and ids that grow row by row, where a dictionary only fills up
+and falls back to plain values. The other columns keep dictionary encoding."""
 
 
 class _Spool:
     """One spooled signal: batches buffered up to :data:`ROW_GROUP_ROWS` rows, then
-    written as a row group of ``path`` (``pyarrow.parquet.ParquetWriter``, zstd).
+    written as a row group of ``path`` (``pyarrow.parquet.ParquetWriter``, zstd;
+    the signal's :data:`DELTA_COLUMNS` delta-encoded).
 
     The row groups are encoded and written in a worker thread, one at a time
     and in order (Parquet encoding and zstd release the GIL, so the sink and
@@ -91,9 +96,10 @@ class _Spool:
     :data:`SPOOL_PENDING` row groups wait for it, so memory stays bounded. An
     error of a write is raised by the next :meth:`add` or by :meth:`close`."""
 
-    def __init__(self, path: Path, schema: pa.Schema) -> None:
+    def __init__(self, path: Path, schema: pa.Schema, signal: str = "") -> None:
         self.path = path
         self.schema = schema
+        self.signal = signal
         self.buf: list[pa.RecordBatch] = []
         self.buffered = 0
         self.rows = 0
@@ -111,7 +117,11 @@ class _Spool:
 
     def _write_table(self, table: pa.Table) -> None:
         if self.writer is None:
-            self.writer = pq.ParquetWriter(self.path, self.schema, compression="zstd")
+            delta = [c for c in DELTA_COLUMNS.get(self.signal, ()) if c in self.schema.names]
+            self.writer = pq.ParquetWriter(
+                self.path, self.schema, compression="zstd",
+                use_dictionary=[c for c in self.schema.names if c not in delta],
+                column_encoding=dict.fromkeys(delta, "DELTA_BINARY_PACKED"))
         self.writer.write_table(table)
 
     def _write(self) -> None:
@@ -180,7 +190,7 @@ class BundleSink:
                 weakref.finalize(self, shutil.rmtree, self._own_dir, True)
             self._spool_dir.mkdir(parents=True, exist_ok=True)
             path = self._spool_dir / f"{signal}.parquet"
-            self._spools[signal] = _Spool(path, schema.SCHEMAS[signal])
+            self._spools[signal] = _Spool(path, schema.SCHEMAS[signal], signal)
         return self._spools[signal]
 
     async def start(self) -> None:
