@@ -48,6 +48,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import exporter.nats_import  # noqa: F401  # before nats-py: see that module
+
+# isort: split
 import nats
 import nats.errors
 import pyarrow as pa
@@ -150,7 +153,7 @@ def server_list(url: str) -> list[str]:
 
 def websocket_transport() -> None:
     """Give nats-py's WebSocket transport the ``aiohttp`` (and ``multidict``)
-    that :mod:`exporter` kept it from importing at start-up; ``ImportError``
+    that :mod:`exporter.nats_import` kept it from importing at start-up; ``ImportError``
     when aiohttp is not installed (as nats-py raises then)."""
     import aiohttp
     import multidict

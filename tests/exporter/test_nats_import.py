@@ -1,4 +1,4 @@
-"""Start-up: importing the exporter does not import nats-py's optional aiohttp
+"""Start-up: importing the exporter CLI does not import nats-py's optional aiohttp
 (about 0.15 s, used only by its WebSocket transport), and a ``ws://`` bus URL
 still connects through that transport (a real nats-server websocket listener)."""
 
