@@ -48,6 +48,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import exporter.nats_import  # noqa: F401  # before nats-py: see that module
+
+# isort: split
 import nats
 import nats.errors
 import pyarrow as pa
@@ -148,6 +151,18 @@ def server_list(url: str) -> list[str]:
     return [u.strip() for u in url.split(",") if u.strip()]
 
 
+def websocket_transport() -> None:
+    """Give nats-py's WebSocket transport the ``aiohttp`` (and ``multidict``)
+    that :mod:`exporter.nats_import` kept it from importing at start-up; ``ImportError``
+    when aiohttp is not installed (as nats-py raises then)."""
+    import aiohttp
+    import multidict
+    import nats.aio.transport as transport
+
+    setattr(transport, "aiohttp", aiohttp)  # noqa: B010  # not an exported name
+    setattr(transport, "multidict", multidict)  # noqa: B010
+
+
 async def connect(url: str, cfg: BusConfig) -> Client:
     """Connect with bounded retries (``cfg.connect_attempts``, backoff 0.5 s x2).
 
@@ -155,6 +170,8 @@ async def connect(url: str, cfg: BusConfig) -> Client:
     (:func:`server_list`); nats-py then reconnects to another one when its
     server goes away.
     """
+    if any(u.startswith(("ws://", "wss://")) for u in server_list(url)):
+        websocket_transport()
     last: BaseException | None = None
     delay = 0.5
     for attempt in range(cfg.connect_attempts):

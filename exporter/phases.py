@@ -14,7 +14,10 @@ ahead of the bus, so there it is the time spent waiting for the parser),
 ``bundle`` (Parquet and JSON files of the bundle, the bundle sink's reading
 of the bus included), ``trace``
 (``trace.pftrace``). A phase timed several times adds up. Times are
-``time.perf_counter`` seconds; the phases of one session do not overlap.
+``time.perf_counter`` seconds. The phases of one session do not overlap,
+except ``analytics`` and ``bundle``: the two readers of the bus read side by
+side (:class:`exporter.session.Session`), each timed on its own, so their
+sum may exceed the wall time they took.
 """
 
 from __future__ import annotations

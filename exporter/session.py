@@ -8,12 +8,13 @@ running and of writing their bundle (:meth:`Session.write_trace_bundle`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,12 @@ log = logging.getLogger(__name__)
 
 MAX_LAG = 128
 """Messages (at most 900 kB each) a session's readers may fall behind its publisher."""
+READ_BATCH = 16
+"""Messages a session's reader (the analytics consumer, the bundle sink) asks
+for per fetch. The two read side by side on one connection, so the server
+may be sending both answers at once: at most 2 x 16 x 900 kB, well below
+nats-server's 64 MiB ``max_pending`` per connection (beyond it the server
+drops the connection as a slow consumer: seen with 512 + 1024)."""
 
 
 def _timed(it: Iterator[Emit], phases: Phases, phase: str) -> Iterator[Emit]:
@@ -46,6 +53,18 @@ def _timed(it: Iterator[Emit], phases: Phases, phase: str) -> Iterator[Emit]:
         if item is None:
             return
         yield item
+
+
+async def _together(*reads: Awaitable[None]) -> None:
+    """Run ``reads`` side by side; when one raises, the others are cancelled
+    (and awaited) and its exception is raised as it is."""
+    tasks = [asyncio.ensure_future(r) for r in reads]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _peak_rss(server: EmbeddedNats | None) -> dict[str, int | None]:
@@ -108,10 +127,11 @@ class Session:
         pipe = Pipeline(host, bus_cfg, session=sid)
         try:
             bus = await pipe.open()
-            sink = BundleSink(bus, sid)
+            sink = BundleSink(bus, sid, take_in_thread=True, fetch_batch=READ_BATCH)
             await sink.start()
             consumer = AnalyticsConsumer(bus, durable=f"{kind}-{sid}", window_s=None,
-                                         checkpoint=False, session=schema.sanitize_token(sid))
+                                         checkpoint=False, session=schema.sanitize_token(sid),
+                                         fold_in_thread=True, batch=READ_BATCH)
             await consumer.start()
         except BaseException:
             await pipe.close()
@@ -136,10 +156,17 @@ class Session:
             log.warning("outbox: %d messages still held after %.0f s; the bus is not back",
                         left, self.bus_cfg.outbox_drain_timeout_s)
             self.bus.outbox.clear("undelivered_at_exit")
-        with self.phases.time("analytics"):  # everything is published and stored
-            await self.consumer.drain(caught_up=True)
+        # everything is published and stored: the two readers drain side by
+        # side (the consumer folds in a worker thread while the sink decodes),
+        # then the sink reads the results the consumer published last
+        await _together(self._timed_read("analytics", self.consumer.drain(caught_up=True)),
+                        self._timed_read("bundle", self.sink.drain(caught_up=True)))
         with self.phases.time("bundle"):
             await self.sink.drain(caught_up=True)
+
+    async def _timed_read(self, phase: str, read: Awaitable[None]) -> None:
+        with self.phases.time(phase):
+            await read
 
     async def publish(self, emits: Iterable[Emit],
                       transform: Callable[[Emit], pa.RecordBatch] | None = None) -> int:
@@ -169,15 +196,17 @@ class Session:
         publisher that ran ahead on a busy machine lost a third of 10M rows).
         Gives up waiting on a reader that fetches nothing for 60 s (it then
         counts what it missed as ``stream_gap`` drops)."""
-        readers = (("sink", self.sink.step, "bundle"), ("analytics", self.consumer.step,
-                                                          "analytics"))
-        for name, step, phase in readers:
+        async def catch_up(name: str, step: Callable[..., Awaitable[int]], phase: str) -> None:
             idle = 0
             while published - seen[name] > MAX_LAG and idle < 300:
                 with self.phases.time(phase):
                     n = await step(timeout=0.2)
                 seen[name] += n
                 idle = 0 if n else idle + 1
+
+        # side by side: the consumer folds in a worker thread while the sink decodes
+        await _together(catch_up("sink", self.sink.step, "bundle"),
+                        catch_up("analytics", self.consumer.step, "analytics"))
 
     async def close(self) -> None:
         await self.pipe.close()

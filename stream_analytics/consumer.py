@@ -139,6 +139,10 @@ class AnalyticsConsumer:
     only new messages). ``hosts`` limits the
     inputs to those hosts' subjects (``None``: every host); it cannot be
     combined with ``instances > 1``, which splits hosts by partition.
+    ``fold_in_thread`` folds each fetched batch in a worker thread
+    (``asyncio.to_thread``; the Arrow and numpy work releases the GIL), so
+    another reader of the same event loop (a session's bundle sink) decodes
+    meanwhile; the consumer's state is still touched by one step at a time.
     """
 
     def __init__(
@@ -159,6 +163,7 @@ class AnalyticsConsumer:
         hosts: Sequence[str] | None = None,
         checkpoint_interval_s: float = 0.0,
         idle_fetch_s: float = 0.5,
+        fold_in_thread: bool = False,
     ) -> None:
         if not 0 <= instance < instances:
             raise ValueError(f"instance {instance} is not in 0..{instances - 1}")
@@ -172,6 +177,7 @@ class AnalyticsConsumer:
         self.checkpoint_interval_s = checkpoint_interval_s
         self.idle_flush = idle_flush
         self.idle_fetch_s = idle_fetch_s
+        self.fold_in_thread = fold_in_thread
         self._unacked: list[Any] = []  # fetched since the last checkpoint
         self._spans_waiting = False  # spans folded in since the last flush
         self._new: list[int] = []
@@ -355,7 +361,10 @@ class AnalyticsConsumer:
             self._bus_error("fetch", e)
             await asyncio.sleep(0.1)
             msgs = []
-        self._fold(msgs)
+        if self.fold_in_thread and msgs:
+            await asyncio.to_thread(self._fold, msgs)
+        else:
+            self._fold(msgs)
         try:
             await self._after_fold(msgs)
         except TRANSIENT as e:  # checkpoint or acks failed: retried at the next commit

@@ -100,6 +100,47 @@ class PidJoin:
     held: pa.Table | None = None
     watermark: int = 0
     seen_ns: int = 0
+    held_mins: deque[list[int]] | None = field(default=None, repr=False, compare=False)
+    """``[rows, min t_ns, min arrived_ns]`` per part of ``held``, in order
+    (None: not known, recomputed as one part by :meth:`held_min`)."""
+
+    def hold(self, part: pa.Table, now: int) -> None:
+        """Append ``part`` (:data:`_HELD` rows that arrived at ``now``) to ``held``."""
+        if self.held is None or self.held.num_rows == 0:
+            self.held, self.held_mins = part, None
+            return
+        if self.held_mins is not None:
+            self.held_mins.append([part.num_rows, _min(part["t_ns"]), now])
+        self.held = pa.concat_tables([self.held, part])
+
+    def held_min(self) -> tuple[int, int]:
+        """``(min t_ns, min arrived_ns)`` of the held kernels (some are held),
+        from the minima per part: no pass over every held row per batch."""
+        assert self.held is not None and self.held.num_rows
+        mins = self.held_mins
+        if mins is None or sum(m[0] for m in mins) != self.held.num_rows:
+            mins = self.held_mins = deque([[self.held.num_rows, _min(self.held["t_ns"]),
+                                            _min(self.held["arrived_ns"])]])
+        return min(m[1] for m in mins), min(m[2] for m in mins)
+
+    def released(self, rows: int, prefix: bool) -> None:
+        """``rows`` held kernels left ``held`` (already the rest): its first
+        ``rows`` when ``prefix``, else any (the minima are then recomputed)."""
+        mins = self.held_mins
+        if mins is None:
+            return
+        if not prefix or self.held is None:
+            self.held_mins = None
+            return
+        while rows and mins:
+            if mins[0][0] <= rows:
+                rows -= mins.popleft()[0]
+                continue
+            first = mins[0]  # partly released: the minima of its remaining rows
+            first[0] -= rows
+            rest = self.held.slice(0, first[0])
+            first[1], first[2] = _min(rest["t_ns"]), _min(rest["arrived_ns"])
+            rows = 0
 
     def add_spans(self, s: list[int], e: list[int], it: list[int], models: list[str],
                   keep_after: int | None, max_spans: int) -> None:
@@ -191,6 +232,11 @@ class KeyState:
     family_ns: Counter[str] = field(default_factory=Counter)
     dirty: bool = False
     seen_ns: int = 0  # wall time of the last input for this key (forgetting idle keys)
+
+
+def _min(col: pa.ChunkedArray | pa.Array) -> int:
+    """Smallest value of a non-empty int64 column."""
+    return int(pc.min(col).as_py())
 
 
 def _col(t: pa.Table, name: str, default: Any, n: int) -> pa.Array:
@@ -431,7 +477,7 @@ class Analytics:
             if j is None:
                 j = self.joins[(host, p)] = PidJoin()
             j.seen_ns = now
-            j.held = part if j.held is None else pa.concat_tables([j.held, part])
+            j.hold(part, now)
             out.extend(self._resolve(host, int(p), now))
         return out
 
@@ -451,29 +497,37 @@ class Analytics:
         h = j.held
         if h is None or h.num_rows == 0:
             return []
-        tt = h["t_ns"].to_numpy()
-        n = len(tt)
+        n = h.num_rows
+        idx: np.ndarray[Any, Any] | None = None
         if len(j.s):
-            idx = join_ranges(np.full(n, pid, np.int64), tt, np.full(len(j.s), pid, np.int64),
-                              j.s, j.e)
+            idx = join_ranges(np.full(n, pid, np.int64), h["t_ns"].to_numpy(),
+                              np.full(len(j.s), pid, np.int64), j.s, j.e)
+            hit = idx >= 0
         else:  # no span indexed for the pid (yet): nothing can be attributed
-            idx = np.full(n, -1, np.int64)
-        hit = idx >= 0
-        late = (tt < j.watermark - self.grace_ns) | (
-            h["arrived_ns"].to_numpy() < now - self.grace_ns)
+            hit = np.zeros(n, bool)
         if force:
-            late[:] = True
-        elif n > self.max_held:
-            late[: n - self.max_held] = True  # held in arrival order: the oldest first
+            late = np.ones(n, bool)
+        else:
+            # a column is compared row by row only when its minimum is late
+            # (held kernels wait for minutes of spans: most calls find none)
+            late = np.zeros(n, bool)
+            for name, least, limit in zip(("t_ns", "arrived_ns"), j.held_min(),
+                                          (j.watermark - self.grace_ns, now - self.grace_ns),
+                                          strict=True):
+                if least < limit:
+                    late |= h[name].to_numpy() < limit
+            if n > self.max_held:
+                late[: n - self.max_held] = True  # held in arrival order: the oldest first
         go = hit | late
         if not go.any():
             return []
         out, j.held = split_rows(h, go)
+        j.released(out.num_rows, prefix=not go[int(np.argmin(go)):].any())
         hit_out = hit[go]
         lost = int((~hit_out).sum())
         if lost:
             self.drops["unattributed_kernel"] += lost
-        pos = np.maximum(idx[go], 0)
+        pos = np.maximum(idx[go], 0) if idx is not None else np.zeros(len(hit_out), np.int64)
         span_model = pa.DictionaryArray.from_arrays(
             pa.array(j.mc[pos].astype(np.int32) if len(j.mc) else np.zeros(len(pos), np.int32)),
             pa.array(j.models or [""])).cast(pa.string())

@@ -40,8 +40,9 @@ import shutil
 import sys
 import tempfile
 import weakref
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -76,20 +77,36 @@ SPOOLED = frozenset({"kernel_span"})
 """Signals that grow with the input: written to Parquet as they arrive, never held."""
 ROW_GROUP_ROWS = 65_536
 """Rows buffered per Parquet row group of a spooled signal."""
+SPOOL_PENDING = 2
+"""Row groups of a spooled signal waiting for its writer thread, at most."""
+DELTA_COLUMNS = {"kernel_span": ("start_ns", "end_ns", "correlation_id", "dispatch_id")}
+"""Columns of a spooled signal written ``DELTA_BINARY_PACKED`` (no dictionary):
+timestamps and ids that grow row by row, where a dictionary only fills up
+and falls back to plain values. The other columns keep dictionary encoding."""
 
 
 class _Spool:
     """One spooled signal: batches buffered up to :data:`ROW_GROUP_ROWS` rows, then
-    written as a row group of ``path`` (``pyarrow.parquet.ParquetWriter``, zstd)."""
+    written as a row group of ``path`` (``pyarrow.parquet.ParquetWriter``, zstd;
+    the signal's :data:`DELTA_COLUMNS` delta-encoded).
 
-    def __init__(self, path: Path, schema: pa.Schema) -> None:
+    The row groups are encoded and written in a worker thread, one at a time
+    and in order (Parquet encoding and zstd release the GIL, so the sink and
+    the analytics consumer go on reading the bus meanwhile); at most
+    :data:`SPOOL_PENDING` row groups wait for it, so memory stays bounded. An
+    error of a write is raised by the next :meth:`add` or by :meth:`close`."""
+
+    def __init__(self, path: Path, schema: pa.Schema, signal: str = "") -> None:
         self.path = path
         self.schema = schema
+        self.signal = signal
         self.buf: list[pa.RecordBatch] = []
         self.buffered = 0
         self.rows = 0
         self.writer: pq.ParquetWriter | None = None
         self.closed = False
+        self._pool = ThreadPoolExecutor(1, "bundle-spool")
+        self._writes: deque[Future[None]] = deque()
 
     def add(self, batch: pa.RecordBatch) -> None:
         self.buf.append(batch)
@@ -98,17 +115,36 @@ class _Spool:
         if self.buffered >= ROW_GROUP_ROWS:
             self._write()
 
-    def _write(self) -> None:
+    def _write_table(self, table: pa.Table) -> None:
         if self.writer is None:
-            self.writer = pq.ParquetWriter(self.path, self.schema, compression="zstd")
-        self.writer.write_table(pa.Table.from_batches(self.buf, schema=self.schema))
+            delta = [c for c in DELTA_COLUMNS.get(self.signal, ()) if c in self.schema.names]
+            self.writer = pq.ParquetWriter(
+                self.path, self.schema, compression="zstd",
+                use_dictionary=[c for c in self.schema.names if c not in delta],
+                column_encoding=dict.fromkeys(delta, "DELTA_BINARY_PACKED"))
+        self.writer.write_table(table)
+
+    def _write(self) -> None:
+        table = pa.Table.from_batches(self.buf, schema=self.schema)
         self.buf, self.buffered = [], 0
+        self._writes.append(self._pool.submit(self._write_table, table))
+        while self._writes and (len(self._writes) > SPOOL_PENDING or self._writes[0].done()):
+            self._writes.popleft().result()
+
+    def stop(self) -> None:
+        """Wait for the writes given to the writer thread and end it (their
+        errors are not raised: the spool is being thrown away)."""
+        self._pool.shutdown(wait=True)
+        self._writes.clear()
 
     def close(self) -> Path:
         """Write what is buffered and close the file (an empty file when no rows)."""
         if not self.closed:
-            if self.buf or self.writer is None:
+            if self.buf or (self.writer is None and not self._writes):
                 self._write()
+            while self._writes:
+                self._writes.popleft().result()
+            self._pool.shutdown()
             assert self.writer is not None
             self.writer.close()
             self.closed = True
@@ -122,10 +158,19 @@ class BundleSink:
     ``spool_dir`` (default: a new temporary directory, removed by
     :meth:`discard`), so memory does not grow with them; the others are kept
     in memory (they grow with iterations and time, not with kernels).
+    ``take_in_thread`` decodes each fetched batch of messages in a worker
+    thread (``asyncio.to_thread``), so the event loop goes on reading the
+    connection meanwhile (a session's analytics consumer shares it: a loop
+    busy decoding while the server pushes the consumer's fetch overflows the
+    server's per-connection buffer, a "slow consumer" it disconnects).
+    ``fetch_batch``: messages asked for per fetch.
     """
 
-    def __init__(self, bus: Bus, session: str | None, spool_dir: Path | None = None) -> None:
+    def __init__(self, bus: Bus, session: str | None, spool_dir: Path | None = None,
+                 take_in_thread: bool = False, fetch_batch: int = 1024) -> None:
         self.bus = bus
+        self.take_in_thread = take_in_thread
+        self.fetch_batch = fetch_batch
         self.session = session
         self.batches: dict[str, list[pa.RecordBatch]] = defaultdict(list)
         self.drops: Counter[str] = Counter()
@@ -145,7 +190,7 @@ class BundleSink:
                 weakref.finalize(self, shutil.rmtree, self._own_dir, True)
             self._spool_dir.mkdir(parents=True, exist_ok=True)
             path = self._spool_dir / f"{signal}.parquet"
-            self._spools[signal] = _Spool(path, schema.SCHEMAS[signal])
+            self._spools[signal] = _Spool(path, schema.SCHEMAS[signal], signal)
         return self._spools[signal]
 
     async def start(self) -> None:
@@ -156,8 +201,10 @@ class BundleSink:
             f"{schema.SUBJECT_PREFIX}.>", durable=None, stream=self.bus.cfg.stream, config=cfg)
 
     async def step(self, timeout: float = 0.2) -> int:
+        """Fetch up to :attr:`fetch_batch` messages and take them in
+        (:attr:`take_in_thread`: in a worker thread); returns how many were fetched."""
         try:
-            msgs = await self._sub.fetch(1024, timeout=timeout)
+            msgs = await self._sub.fetch(self.fetch_batch, timeout=timeout)
         except (TimeoutError, NatsTimeout):
             return 0
         except TRANSIENT as e:  # connection lost mid-request: fetched again next step
@@ -165,6 +212,14 @@ class BundleSink:
             log.warning("bundle sink fetch failed, retrying: %s: %s", type(e).__name__, e)
             await asyncio.sleep(0.1)
             return 0
+        if self.take_in_thread and msgs:
+            await asyncio.to_thread(self._take, msgs)
+        else:
+            self._take(msgs)
+        return len(msgs)
+
+    def _take(self, msgs: list[Any]) -> None:
+        """Decode fetched messages into the spools and the held batches."""
         for m in msgs:
             seq = m.metadata.sequence.stream
             if self._last_seq and seq > self._last_seq + 1:
@@ -186,7 +241,6 @@ class BundleSink:
                 self._spool(signal).add(batch)
             else:
                 self.batches[signal].append(batch)
-        return len(msgs)
 
     async def drain(self, caught_up: bool = False) -> None:
         """Read until the consumer has nothing pending (a busy server's late
@@ -261,7 +315,10 @@ class BundleSink:
         return counts
 
     def discard(self) -> None:
-        """Remove the spool directory this sink made (if any)."""
+        """Remove the spool directory this sink made (if any), after the spools'
+        writer threads have finished what they were given."""
+        for sp in self._spools.values():
+            sp.stop()
         if self._own_dir is not None:
             shutil.rmtree(self._own_dir, ignore_errors=True)
             self._own_dir = None
@@ -281,15 +338,16 @@ def finish(out: Path, sink: BundleSink, key_row: dict[str, Any] | None,
     verdict goes into ``metrics/bottleneck.json``); ``hip_api`` the HIP API
     calls for the trace's API slices and launch flows
     (:func:`collectors.rocprof.replay.hip_api_table`). Kernel spans are read
-    back once, in batches, never as one table: each batch goes to the trace and
-    to the kernel statistics (its :func:`~stream_analytics.kernel_stats.kernel_stats`,
-    merged when all are read).
+    back once, in batches, never as one table (in a worker thread, two batches
+    ahead): each batch goes to the trace and to the kernel statistics (its
+    :func:`~stream_analytics.kernel_stats.kernel_stats`, merged when all are read).
     ``timer(phase)`` (e.g. :meth:`exporter.phases.Phases.time`) times the
     ``bundle`` and ``trace`` phases; ``progress(rows)`` is called as the
     trace's kernel rows are written.
     """
     from contextlib import nullcontext
 
+    from exporter.prefetch import prefetch
     from stream_analytics.kernel_stats import kernel_stats, merge_stats
 
     def phase(name: str) -> Any:
@@ -303,7 +361,9 @@ def finish(out: Path, sink: BundleSink, key_row: dict[str, Any] | None,
             stats.append(kernel_stats(pa.Table.from_batches([b])))
             yield b
 
-    batches = kernels()
+    # read and counted in a worker thread (Parquet decoding and the group-by
+    # release the GIL) while the trace encodes the batches before
+    batches = prefetch(kernels(), depth=2)
     try:  # the perfetto extra (perfetto, opentelemetry-proto); without it no trace
         for mod in ("perfetto.protos.perfetto.trace.perfetto_trace_pb2",
                     "opentelemetry.proto.trace.v1.trace_pb2"):

@@ -1,14 +1,16 @@
 """Columnar protobuf wire encoding: one encoded message per row, built with numpy.
 
 A message under construction is a list of :class:`Part` s, each one field's
-bytes for every row: ``data`` (``uint8``, shape ``[n, width]``) holds row
-``i``'s bytes in ``data[i, :length[i]]``; a part absent on a row has length
-0 there (``mask``). Fields are made column-wise (:func:`varint`,
+bytes for every row: ``cols`` (``uint8``, shape ``[width, n]``, byte ``j``
+of every row contiguous) holds row ``i``'s bytes in ``cols[:length[i], i]``
+(``data``: the ``[n, width]`` view); a part absent on a row has length 0
+there (``mask``). Fields are made column-wise (:func:`varint`,
 :func:`fixed64`, :func:`const`), nested messages by :func:`message` (a
 length-delimited field whose length is the sum of its parts' lengths, so
 nothing is copied until the end), and :func:`assemble` writes chosen rows,
-in a chosen order, as one ``bytes`` with a single gather (the layout of a
-``repeated`` message field). Encoding as in
+in a chosen order, as one ``bytes`` (the layout of a ``repeated`` message
+field): each row's offset in the output is computed first, then every byte
+column of every part is scattered to its rows' offsets at once. Encoding as in
 https://protobuf.dev/programming-guides/encoding/ .
 
 Used by :mod:`exporter.sinks.perfetto_slices` to write the millions of
@@ -35,10 +37,16 @@ VARINT, I64_WIRE, LEN = 0, 1, 2
 
 @dataclass
 class Part:
-    """``n`` byte strings: row ``i`` is ``data[i, :length[i]]``."""
+    """``n`` byte strings: row ``i`` is ``cols[:length[i], i]`` (``cols``:
+    ``[width, n]``; a column of stride 0 along the rows is a constant)."""
 
-    data: U8
+    cols: U8
     length: I64
+
+    @property
+    def data(self) -> U8:
+        """The bytes as ``[n, width]``: row ``i`` is ``data[i, :length[i]]``."""
+        return self.cols.T
 
 
 def key(field: int, wire: int) -> bytes:
@@ -62,10 +70,21 @@ def _mask(length: I64, mask: Mask | None) -> I64:
     return length if mask is None else np.where(mask, length, 0)
 
 
+def _with_prefix(prefix: bytes, body: U8) -> U8:
+    """``[len(prefix) + w, n]``: the prefix's bytes on every row, then ``body``."""
+    if not prefix:
+        return body
+    p, n = len(prefix), body.shape[1]
+    cols = np.empty((p + body.shape[0], n), dtype=np.uint8)
+    cols[:p] = np.frombuffer(prefix, dtype=np.uint8)[:, None]
+    cols[p:] = body
+    return cols
+
+
 def const(b: bytes, n: int, mask: Mask | None = None) -> Part:
     """The same bytes ``b`` on each of ``n`` rows (empty where ``mask`` is False)."""
-    data = np.broadcast_to(np.frombuffer(b, dtype=np.uint8), (n, len(b)))
-    return Part(data, _mask(np.full(n, len(b), dtype=np.int64), mask))
+    cols = np.broadcast_to(np.frombuffer(b, dtype=np.uint8)[:, None], (len(b), n))
+    return Part(cols, _mask(np.full(n, len(b), dtype=np.int64), mask))
 
 
 def varint(values: npt.NDArray[np.integer], mask: Mask | None = None,
@@ -74,20 +93,18 @@ def varint(values: npt.NDArray[np.integer], mask: Mask | None = None,
     two's-complement uint64, as protobuf encodes a negative ``int64``)."""
     v = np.asarray(values).astype(np.uint64, copy=False)
     n = v.shape[0]
-    nb = np.ones(n, dtype=np.int64)
-    for lim in _LIMITS:
-        nb += v >= lim
+    nb = np.searchsorted(_LIMITS, v, side="right").astype(np.int64) + 1
     w = int(nb.max()) if n else 1
-    p = len(prefix)
-    data = np.empty((n, p + w), dtype=np.uint8)
-    data[:, :p] = np.frombuffer(prefix, dtype=np.uint8)
     if w == 1:  # every value below 128: one byte each
-        data[:, p] = v.astype(np.uint8)
+        body = v.astype(np.uint8)[None, :]
     else:
-        body = ((v[:, None] >> _SHIFTS[:w]) & np.uint64(0x7F)).astype(np.uint8)
-        body |= np.where(np.arange(w) < (nb - 1)[:, None], np.uint8(0x80), np.uint8(0))
-        data[:, p:] = body
-    return Part(data, _mask(nb + p, mask))
+        body = ((v[None, :] >> _SHIFTS[:w, None]) & np.uint64(0x7F)).astype(np.uint8)
+        if int(nb.min()) == w:  # one width: a continuation bit on all but the last byte
+            body[:-1] |= np.uint8(0x80)
+        else:
+            body |= np.where(np.arange(w)[:, None] < (nb - 1)[None, :], np.uint8(0x80),
+                             np.uint8(0))
+    return Part(_with_prefix(prefix, body), _mask(nb + len(prefix), mask))
 
 
 def fixed64(values: npt.NDArray[np.integer], mask: Mask | None = None,
@@ -95,10 +112,8 @@ def fixed64(values: npt.NDArray[np.integer], mask: Mask | None = None,
     """``prefix`` then each value as 8 little-endian bytes."""
     v = np.ascontiguousarray(np.asarray(values).astype("<u8"))
     n, p = v.shape[0], len(prefix)
-    data = np.empty((n, p + 8), dtype=np.uint8)
-    data[:, :p] = np.frombuffer(prefix, dtype=np.uint8)
-    data[:, p:] = v.view(np.uint8).reshape(n, 8)
-    return Part(data, _mask(np.full(n, p + 8, dtype=np.int64), mask))
+    body = v.view(np.uint8).reshape(n, 8).T
+    return Part(_with_prefix(prefix, body), _mask(np.full(n, p + 8, dtype=np.int64), mask))
 
 
 def length(parts: Sequence[Part]) -> I64:
@@ -113,7 +128,7 @@ def message(field: int, parts: Sequence[Part], mask: Mask | None = None) -> list
     """``field`` (length-delimited) holding the message made of ``parts``;
     absent where ``mask`` is False."""
     if mask is not None:
-        parts = [Part(p.data, np.where(mask, p.length, 0)) for p in parts]
+        parts = [Part(p.cols, np.where(mask, p.length, 0)) for p in parts]
     return [varint(length(parts), mask, key(field, LEN)), *parts]
 
 
@@ -121,31 +136,50 @@ def assemble(groups: Sequence[Sequence[Part]], rows: npt.NDArray[np.integer]) ->
     """The bytes of the chosen messages back to back.
 
     ``groups`` are messages with ``n_g`` rows each; ``rows`` indexes their
-    rows as if the groups were stacked (group 0's rows first). Each row's
-    parts are laid side by side in one padded array with a mask of the bytes
-    in use; the chosen rows are taken in order and the mask compacts them.
-    A part absent on every row is skipped, one present in full on every row
-    (a constant, a fixed64, a varint of one width) marks its bytes without a
-    comparison, and the others are compared straight into the mask."""
+    rows as if the groups were stacked (group 0's rows first). Each chosen
+    row's offset in the output is the running sum of the chosen rows'
+    lengths; then each part's byte column ``j`` goes to its rows' offsets
+    plus ``j`` in one scatter (rows where the part is shorter than ``j + 1``
+    bytes left out; none to leave out for a part present in full on every
+    row: a constant, a fixed64, a varint of one width), and the offsets move
+    on by the part's lengths. A part absent on every row is skipped."""
     sizes = [len(g[0].length) for g in groups]
-    width = max(sum(p.data.shape[1] for p in g) for g in groups)
     total_rows = sum(sizes)
-    src = np.zeros((total_rows, width), dtype=np.uint8)
-    used = np.zeros((total_rows, width), dtype=bool)
-    cols = np.arange(width, dtype=np.int64)
+    idx = np.asarray(rows, dtype=np.intp)
+    row_len = np.zeros(total_rows, dtype=np.int64)
     r0 = 0
     for g, n in zip(groups, sizes, strict=True):
-        c = 0
-        for p in g:
-            w = p.data.shape[1]
-            lo, hi = (int(p.length.min()), int(p.length.max())) if n else (0, 0)
-            if hi > 0:
-                src[r0:r0 + n, c:c + w] = p.data
-                if lo == w:
-                    used[r0:r0 + n, c:c + w] = True
-                else:
-                    np.less(cols[:w], p.length[:, None], out=used[r0:r0 + n, c:c + w])
-            c += w
+        row_len[r0:r0 + n] = length(g)
         r0 += n
-    idx = np.asarray(rows, dtype=np.intp)
-    return bytes(src[idx][used[idx]].tobytes())
+    chosen_len = row_len[idx]
+    ends = np.cumsum(chosen_len)
+    out = np.empty(int(ends[-1]) if len(ends) else 0, dtype=np.uint8)
+    start = np.full(total_rows, -1, dtype=np.int64)
+    start[idx] = ends - chosen_len
+    r0 = 0
+    for g, n in zip(groups, sizes, strict=True):
+        pos = start[r0:r0 + n]
+        r0 += n
+        sub: npt.NDArray[np.intp] | None = None
+        if not (pos >= 0).all():  # rows of this group that are not chosen
+            sub = np.flatnonzero(pos >= 0)
+            pos = pos[sub]
+        if len(pos) == 0:
+            continue
+        at = pos.copy()  # each chosen row's next byte
+        for p in g:
+            plen = p.length if sub is None else p.length[sub]
+            lo, hi = int(plen.min()), int(plen.max())
+            if hi == 0:
+                continue
+            cols = p.cols
+            const_cols = cols.strides[1] == 0
+            for j in range(hi):
+                col = cols[j, 0] if const_cols else (cols[j] if sub is None else cols[j, sub])
+                if j < lo:
+                    out[at + j] = col
+                else:
+                    on = plen > j
+                    out[at[on] + j] = col if const_cols else col[on]
+            at += plen
+    return out.tobytes()

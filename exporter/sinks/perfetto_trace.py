@@ -53,6 +53,10 @@ as one ``Trace``), so memory does not grow with the number of kernels:
    events at a time, so the encoding buffers do not grow with the capture;
 4. the counter tracks.
 
+The column-wise encodings of 2. and 3. run in :data:`ENCODE_THREADS` worker
+threads while the next chunk's tracks and interned names are built here;
+their bytes are written in the order above (:meth:`_Builder.encode`).
+
 Every kernel row becomes a slice; nothing is sampled or dropped. Packets are
 sorted by time within a chunk, not across chunks: trace_processor (and so
 ui.perfetto.dev) sorts all packets by timestamp when it loads a trace.
@@ -61,7 +65,9 @@ ui.perfetto.dev) sorts all packets by timestamp when it loads a trace.
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -86,6 +92,10 @@ from exporter.sinks import perfetto_slices as ps
 from exporter.sinks.otlp_proto import match_iterations
 
 SEQ_ID = ps.SEQ_ID
+ENCODE_THREADS = 2
+"""Threads encoding column-wise slices (:meth:`_Builder.encode`)."""
+PENDING_ENCODES = 4
+"""Encodings submitted and not yet written, at most (bounds the memory they hold)."""
 CHUNK_ROWS = 16_384
 """Kernel rows encoded per chunk (a larger input batch is split)."""
 WINDOW_EVENTS = 65_536
@@ -129,10 +139,19 @@ class TraceStats:
 
 class _Builder:
     """Track bookkeeping plus a packet buffer written to ``f`` every
-    :data:`FLUSH_PACKETS` packets (and before every raw chunk)."""
+    :data:`FLUSH_PACKETS` packets (and before every raw chunk).
 
-    def __init__(self, f: BinaryIO) -> None:
+    Column-wise slices are encoded in ``pool`` (:meth:`encode`: numpy
+    releases the GIL, so the encoding of one chunk runs on another core
+    while the next chunk's tracks and interned names are built here); what
+    is written stays in order: bytes wait in ``pending`` behind the
+    encodings submitted before them, at most :data:`PENDING_ENCODES` of them."""
+
+    def __init__(self, f: BinaryIO, pool: Executor | None = None) -> None:
         self.f = f
+        self.pool = pool
+        self.pending: deque[tuple[Future[tuple[bytes, int]] | bytes, int]] = deque()
+        self.encoding = 0
         self.trace = Trace()
         self.bytes = 0
         self.packets = 0
@@ -152,20 +171,54 @@ class _Builder:
 
     def flush(self) -> None:
         if len(self.trace.packet):
+            packets = len(self.trace.packet)
             data = self.trace.SerializeToString()
-            self.f.write(data)
-            self.bytes += len(data)
-            self.packets += len(self.trace.packet)
-            self.chunks += 1
             self.trace = Trace()
+            if self.pending:
+                self.pending.append((data, packets))
+            else:
+                self._write(data, packets)
 
-    def raw(self, data: bytes, packets: int) -> None:
-        """Write already serialized ``Trace.packet`` entries after what is buffered."""
-        self.flush()
+    def _write(self, data: bytes, packets: int) -> None:
         self.f.write(data)
         self.bytes += len(data)
         self.packets += packets
         self.chunks += 1
+
+    def raw(self, data: bytes, packets: int) -> None:
+        """Write already serialized ``Trace.packet`` entries after what is buffered."""
+        self.flush()
+        if self.pending:
+            self.pending.append((data, packets))
+        else:
+            self._write(data, packets)
+
+    def encode(self, fn: Callable[..., tuple[bytes, int]], *args: object) -> None:
+        """Write ``fn(*args)`` (serialized packets and their count, e.g.
+        :func:`perfetto_slices.encode`) after what is buffered: computed in
+        ``pool`` when there is one, written in order by :meth:`settle`."""
+        if self.pool is None:
+            self.raw(*fn(*args))
+            return
+        self.flush()
+        self.pending.append((self.pool.submit(fn, *args), 0))
+        self.encoding += 1
+        self.settle(PENDING_ENCODES)
+
+    def settle(self, limit: int = 0) -> None:
+        """Write what is pending, in order, until at most ``limit`` encodings
+        are outstanding (waiting for the oldest; exceptions are raised here)."""
+        while self.pending:
+            head, packets = self.pending[0]
+            if isinstance(head, Future):
+                if self.encoding <= limit and not head.done():
+                    return
+                data, packets = head.result()
+                self.encoding -= 1
+            else:
+                data = head
+            self.pending.popleft()
+            self._write(data, packets)
 
     def packet(self) -> TracePacket:
         if len(self.trace.packet) >= FLUSH_PACKETS:
@@ -277,12 +330,30 @@ def _ints(col: pa.ChunkedArray | pa.Array, fill: int) -> list[int]:
 
 
 def _np(col: pa.ChunkedArray | pa.Array, fill: int = 0) -> I64:
-    """int64 numpy copy of ``col`` with nulls as ``fill``."""
-    return np.asarray(pc.fill_null(col, fill).to_numpy(zero_copy_only=False), dtype=np.int64)
+    """int64 numpy array of ``col`` with nulls as ``fill`` (read-only: a
+    column without nulls may be viewed, not copied)."""
+    if col.null_count:
+        col = pc.fill_null(col, fill)
+    return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
 def _valid(col: pa.ChunkedArray | pa.Array) -> npt.NDArray[np.bool_]:
+    if not col.null_count:
+        return np.ones(len(col), dtype=bool)
     return np.asarray(pc.is_valid(col).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _is_gpu(col: pa.Array) -> npt.NDArray[np.bool_]:
+    """Rows whose ``device_type`` is ``"gpu"`` (a null is a CPU kernel); a
+    dictionary column is compared once per distinct value."""
+    if pa.types.is_dictionary(col.type):
+        hit = np.asarray(pc.fill_null(pc.equal(pc.cast(col.dictionary, pa.string()), "gpu"),
+                                      False).to_numpy(zero_copy_only=False), dtype=bool)
+        if len(hit) == 0:
+            return np.zeros(len(col), dtype=bool)
+        return hit[_np(col.indices)] & _valid(col)
+    return np.asarray(pc.fill_null(pc.equal(pc.cast(col, pa.string()), "gpu"), False)
+                      .to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def _codes(col: pa.Array, ids: object) -> tuple[I64, npt.NDArray[np.bool_]]:
@@ -476,7 +547,7 @@ def _gpu_chunk(b: _Builder, k: pa.RecordBatch, flows: _Flows) -> None:
             flow_out=ids))
     b.end_chunk_header()
     for s in parts:
-        b.raw(*ps.encode(s))
+        b.encode(ps.encode, s)
 
 
 def _batches(kernels: pa.Table | Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -512,8 +583,8 @@ def write_trace(
     for a missing column.
     """
     path = Path(path)
-    with path.open("wb") as f:
-        b = _Builder(f)
+    with path.open("wb") as f, ThreadPoolExecutor(ENCODE_THREADS, "trace-encode") as pool:
+        b = _Builder(f, pool)
         b.header()
         if sched is not None and sched.num_rows:
             comms = zip(
@@ -531,21 +602,20 @@ def write_trace(
         for k in _batches(kernels):
             nk += k.num_rows
             _name_processes(b, _np(k.column("pid")), k.column("model"))
-            dev = pc.fill_null(pc.cast(k.column("device_type"), pa.string()), "cpu")
-            gpu = pc.equal(dev, "gpu")
-            cpu = pc.invert(gpu)
-            if pc.all(cpu).as_py():
+            gpu = _is_gpu(k.column("device_type"))
+            if not gpu.any():
                 cpu_parts.append(k)  # all CPU (ORT captures): kept without a copy
-            elif pc.any(cpu).as_py():
-                cpu_parts.append(k.filter(cpu))
-            g = k.filter(gpu)
-            if g.num_rows:
-                _gpu_chunk(b, g, flows)
+            elif gpu.all():
+                _gpu_chunk(b, k, flows)  # all GPU (GPU traces): encoded without a copy
+            else:
+                cpu_parts.append(k.filter(pa.array(~gpu)))
+                _gpu_chunk(b, k.filter(pa.array(gpu)), flows)
             if progress is not None:
                 progress(nk)
         _held(b, iterations, cpu_parts, hip_api, flows)
         _counters(b, sched, gauges, analytics)
         b.flush()
+        b.settle()
     return TraceStats(
         path=path,
         bytes=b.bytes,
@@ -689,8 +759,14 @@ def _held(b: _Builder, iterations: pa.Table, cpu_parts: list[pa.RecordBatch],
     held = ps.concat(parts, HELD_ANNOTATIONS)
     del parts, cpu
     b.end_chunk_header()
-    for data, count in ps.encode_windows(held, WINDOW_EVENTS):
-        b.raw(data, count)
+    ts, order = ps.event_order(held.start, held.end, held.depth)
+    for off in range(0, len(order), WINDOW_EVENTS):
+        ev = order[off:off + WINDOW_EVENTS]
+        b.encode(_encode_window, held, ts, ev)
+
+
+def _encode_window(s: ps.SliceCols, ts: I64, ev: npt.NDArray[np.intp]) -> tuple[bytes, int]:
+    return ps.encode_events(s, ts, ev), len(ev)
 
 
 def _counters(b: _Builder, sched: pa.Table | None, gauges: pa.Table | None,

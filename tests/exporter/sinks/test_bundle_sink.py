@@ -187,3 +187,48 @@ def test_a_fetch_failing_with_a_lost_connection_is_retried_and_loses_nothing(
 
     first, errors, rows = asyncio.run(go())
     assert (first, errors, rows) == (0, 1, 10)
+
+
+def test_spool_writer_thread_keeps_row_groups_in_arrival_order(tmp_path: Path) -> None:
+    """Row groups written by the spool's worker thread (several waiting at
+    once) come out in the order the batches arrived: every row, once, in order."""
+    from exporter.sinks import bundle
+
+    sp = bundle._Spool(tmp_path / "k.parquet", KERNEL_SPAN)
+    n, step = 0, 50_000  # every second add passes ROW_GROUP_ROWS: a 100,000-row group
+    for i in range(12):
+        sp.add(_kernels(step, i * step).to_batches()[0])
+        n += step
+    t = pq.read_table(sp.close())
+    assert t.num_rows == n == sp.rows
+    assert t.column("start_ns").to_pylist() == list(range(n))
+    assert 2 * step > bundle.ROW_GROUP_ROWS > step
+    assert pq.ParquetFile(sp.path).metadata.num_row_groups == 6
+
+
+def test_spool_write_error_is_raised_by_close(tmp_path: Path) -> None:
+    """A row group the worker thread cannot write (its directory is gone) raises
+    at close, not silently."""
+    import shutil
+
+    import pytest
+
+    from exporter.sinks import bundle
+
+    d = tmp_path / "gone"
+    d.mkdir()
+    sp = bundle._Spool(d / "k.parquet", KERNEL_SPAN)
+    shutil.rmtree(d)
+    sp.add(_kernels(10, 0).to_batches()[0])
+    with pytest.raises(OSError):
+        sp.close()
+
+
+def test_session_readers_fetch_less_than_the_servers_pending_limit() -> None:
+    """The analytics consumer and the bundle sink of a session read side by
+    side on one connection: both fetches at their largest (READ_BATCH
+    messages of at most max_payload_bytes each) stay below nats-server's
+    default 64 MiB max_pending, beyond which it drops the connection."""
+    from exporter.session import READ_BATCH
+
+    assert 2 * READ_BATCH * BusConfig().max_payload_bytes < 64 << 20

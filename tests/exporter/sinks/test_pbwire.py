@@ -65,3 +65,23 @@ def test_timestamp_varints_parse_back_with_protobuf(ts: list[int]) -> None:
     got = [p.timestamp for p in Trace.FromString(raw).packet]
     assert got == ts[::-1]
     assert isinstance(Trace.FromString(raw).packet[0], TracePacket)
+
+
+def test_varint_widths_at_every_7_bit_boundary_parse_back() -> None:
+    """Values at each varint width boundary (2**(7k) - 1, 2**(7k), +1, and
+    negative int64s: 10 bytes) mixed in one column: each packet's timestamp
+    parses back with protobuf, and each varint has the width protobuf gives it."""
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
+
+    vals = [0, 1, 127]
+    for k in range(1, 10):
+        b = 1 << (7 * k)
+        vals += [b - 1, b, b + 1]
+    vals = [v for v in vals if v < 1 << 63] + [-1, -(1 << 63)]
+    col = np.array(vals, dtype=np.int64)
+    part = w.varint(col)
+    assert part.length.tolist() == [len(TracePacket(timestamp=v % (1 << 64)).SerializeToString())
+                                    - 1 for v in vals]
+    raw = w.assemble([w.message(1, [w.varint(col, prefix=w.key(8, w.VARINT))])],
+                     np.arange(len(vals)))
+    assert [p.timestamp for p in Trace.FromString(raw).packet] == [v % (1 << 64) for v in vals]
