@@ -50,6 +50,9 @@ IDLE_FETCH_S = 5.0
 """How long the analytics consumer's pull may linger with nothing to flush (s):
 a message ends it at once, so this only sets how often an idle daemon asks
 the server (two pull requests per fetch); stop ends it too."""
+EMBEDDED_NATS_GOMAXPROCS = 1
+"""``GOMAXPROCS`` of the nats-server ``run`` starts itself (``GOMAXPROCS`` in the
+environment wins): the always-on background needs one Go thread."""
 
 
 @dataclass
@@ -167,7 +170,10 @@ async def run_daemon(opts: DaemonOptions, bus_cfg: BusConfig,
         bus_cfg.outbox_dir = str(Path(opts.state_dir) / "outbox")
     pipe = Pipeline(opts.host, bus_cfg,
                     state_dir=Path(opts.state_dir) if opts.state_dir else None,
-                    listen=opts.nats_listen, publish_interval_s=opts.publish_interval_s)
+                    listen=opts.nats_listen, publish_interval_s=opts.publish_interval_s,
+                    # a node's background traffic needs one Go thread; fewer idle
+                    # scheduler wake-ups (-0.05 % of a core, benchmarks/README.md)
+                    nats_go_max_procs=EMBEDDED_NATS_GOMAXPROCS)
     for c in _build_collectors(opts, pids):
         pipe.add(c)
         log.info("collector %s: source %s", c.name, c.source)

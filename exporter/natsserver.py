@@ -88,6 +88,7 @@ class EmbeddedNats:
         bind: str = "127.0.0.1",
         start_timeout_s: float = 10.0,
         extra_config: str = "",
+        go_max_procs: int | None = None,
     ) -> None:
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if state_dir is None:
@@ -98,6 +99,9 @@ class EmbeddedNats:
         self.bind = bind
         self.start_timeout_s = start_timeout_s
         self.extra_config = extra_config
+        self.go_max_procs = go_max_procs
+        """``GOMAXPROCS`` of the server (Go's runnable-thread cap); ``None``: Go's
+        default (the CPU count). A ``GOMAXPROCS`` in the environment wins."""
         self.proc: subprocess.Popen[bytes] | None = None
         self.peak_rss_bytes: int | None = None
         """The server's own peak resident set (``VmHWM``, bytes), read at
@@ -134,8 +138,12 @@ class EmbeddedNats:
         )
         self._log = self.state_dir / "nats.log"
         with open(self._log, "wb") as log:
+            env = None
+            if self.go_max_procs is not None and "GOMAXPROCS" not in os.environ:
+                env = {**os.environ, "GOMAXPROCS": str(self.go_max_procs)}
             self.proc = subprocess.Popen(
                 [find_binary(), "-c", str(conf)],
+                env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,

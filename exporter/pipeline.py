@@ -64,6 +64,7 @@ class Pipeline:
     listen: tuple[str, int] | None = None  # embedded server's address; None: a free port
     publish_interval_s: float = 0.0  # background samples published this often; 0: at once
     buffer: PublishBuffer = field(default_factory=PublishBuffer)
+    nats_go_max_procs: int | None = None  # the embedded server's GOMAXPROCS; None: Go's default
 
     def __post_init__(self) -> None:
         self.collect_seconds = Histogram(
@@ -79,7 +80,8 @@ class Pipeline:
         url = self.bus_cfg.url
         if url is None:
             host, port = self.listen or ("127.0.0.1", 0)
-            self.server = EmbeddedNats(self.state_dir, bind=host, port=port or None)
+            self.server = EmbeddedNats(self.state_dir, bind=host, port=port or None,
+                                       go_max_procs=self.nats_go_max_procs)
             url = await asyncio.to_thread(self.server.start)
             log.info("embedded nats-server with JetStream at %s", url)
         self.bus = await Bus.open(url, self.bus_cfg, self.host, self.session)
