@@ -152,6 +152,11 @@ def _build_collectors(opts: DaemonOptions, pids: set[int]) -> list[Collector]:
         if name == "ort":
             o.setdefault("model", opts.model)
             o.setdefault("model_name", opts.model_name)
+        if name in ("sched", "proc") and opts.publish_interval_s >= 1.0:
+            # Scheduler counters are cumulative and their samples wait for the
+            # publish anyway: sampling once per publish interval keeps every
+            # total and costs a fifth (config interval_s wins).
+            o.setdefault("interval_s", opts.publish_interval_s)
         if name in _FLAG_OPTIONS:
             _apply_flags(o, opts.explicit, _FLAG_OPTIONS[name](opts))
         out.append(create(name, CollectorContext(opts.host, pids, o, log.info)))
