@@ -45,6 +45,7 @@ Usage::
 
     python benchmarks/bench_daemon_cost.py [--seconds 60] [--warmup 10] [--procs 8]
                                            [--baseline-ref fb47f91] [--publish-interval 0]
+                                           [--sched-interval 1]
 """
 
 from __future__ import annotations
@@ -149,12 +150,15 @@ def _idle_children(tmp: Path, n: int) -> list[subprocess.Popen[bytes]]:
 
 
 def _daemon_leg(name: str, tree: Path, tmp: Path, args: argparse.Namespace,
-                extra: tuple[str, ...] = ()) -> Figures:
+                extra: tuple[str, ...] = (), sched_interval_s: float | None = None) -> Figures:
     """Start the daemon of source tree ``tree``, wait until it sees everything,
-    warm up, measure; always stops it (SIGTERM, then SIGKILL)."""
+    warm up, measure; always stops it (SIGTERM, then SIGKILL). ``sched_interval_s``
+    sets ``[collectors.sched] interval_s`` (default: the tree's own)."""
     conf = tmp / f"{name}.toml"
+    sched_rate = "" if sched_interval_s is None else f"interval_s = {sched_interval_s}\n"
     conf.write_text(f'[collectors.gpu]\nsource = "rocm-smi"\nrocm_smi = "{SMI}"\n'
-                    f'interval_s = 1.0\n\n[collectors.sched]\nsource = "{args.sched}"\n')
+                    f'interval_s = 1.0\n\n[collectors.sched]\nsource = "{args.sched}"\n'
+                    f"{sched_rate}")
     port, nats_port = _free_port(), _free_port()
     path = os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "PYTHONPATH": path, "SMI_FIXTURE": str(FIXTURE)}
@@ -251,6 +255,9 @@ def main() -> int:
     ap.add_argument("--publish-interval", type=float, default=None,
                     help="also measure this tree with run --publish-interval N "
                          "(0: every sample published at once, as before that flag)")
+    ap.add_argument("--sched-interval", type=float, default=None,
+                    help="also measure this tree with [collectors.sched] interval_s = N "
+                         "(run's default samples once per publish interval, 5 s)")
     ap.add_argument("--watch", choices=("none", "auto"), default="none",
                     help="none: exactly the idle children; auto: plus every process "
                          "auto-discovery picks on this machine (fd and maps scan of all)")
@@ -273,6 +280,11 @@ def main() -> int:
                 if name == "this-tree" and args.publish_interval is not None:
                     f = _daemon_leg(f"publish-{args.publish_interval:g}s", tree, tmp, args,
                                     ("--publish-interval", str(args.publish_interval)))
+                    f.modules = legs[-1].modules
+                    legs.append(f)
+                if name == "this-tree" and args.sched_interval is not None:
+                    f = _daemon_leg(f"sched-{args.sched_interval:g}s", tree, tmp, args,
+                                    sched_interval_s=args.sched_interval)
                     f.modules = legs[-1].modules
                     legs.append(f)
                 if name == "this-tree" and args.flush_interval:
