@@ -92,6 +92,11 @@ INPUTS = ("kernel_span", "iteration_span", "graph_info", "sched_sample", "gauge_
 KV_BUCKET = "aaco_analytics"
 IDLE_FLUSH_S = 0.05
 """How long the stream must stay quiet before folded-in messages are flushed (s)."""
+ACK_SETTLE_S, ACK_SETTLE_TRIES = 0.02, 25
+"""How often, and how many times, a caught-up drain asks again while the
+server still counts acks it has not applied (see ``_caught_up``)."""
+STOP_WAIT_S = 1.0
+"""A fetch this short is waited out at a stop, not cancelled (see ``_fetch``)."""
 SPAN_SIGNALS = frozenset({"kernel_span", "iteration_span", "graph_info"})
 """Inputs whose results are flushed as soon as the stream goes quiet."""
 COMMIT_AFTER = 5_000
@@ -350,8 +355,8 @@ class AnalyticsConsumer:
 
         The fetch waits at most ``timeout`` (default ``idle_fetch_s``), less
         when a flush or checkpoint falls due sooner (:meth:`fetch_timeout`); a
-        message ends the wait at once. With ``stop``, setting it ends the wait
-        too (what that fetch had not returned yet is redelivered later).
+        message ends the wait at once. With ``stop``, setting it ends a wait
+        longer than :data:`STOP_WAIT_S` too (see :meth:`_fetch`).
         """
         try:
             msgs = await self._fetch(self.fetch_timeout(timeout), stop)
@@ -421,11 +426,22 @@ class AnalyticsConsumer:
         return max(IDLE_FLUSH_S, t)
 
     async def _fetch(self, timeout: float, stop: asyncio.Event | None) -> list[Any]:
-        """One pull ``fetch`` of up to :attr:`batch` messages; ``[]`` when
-        ``stop`` is set first (the fetch is cancelled)."""
+        """One pull ``fetch`` of up to :attr:`batch` messages, waiting at most
+        ``timeout``.
+
+        ``stop`` set first cuts a long (idle, > :data:`STOP_WAIT_S`) fetch
+        short and returns ``[]``; a short one is waited out and its messages
+        returned. nats-py's fetch pops what it has received so far into a list
+        that a cancellation throws away; the server then holds those messages
+        as delivered until ``ack_wait`` (a capture's final results missed a
+        quarter of its iterations, or its drain stalled 10 s). An idle pull
+        rarely holds any; if it did, they are redelivered (to :meth:`drain`,
+        which waits for them, or to the next run)."""
         if stop is None:
             return list(await self._sub.fetch(self.batch, timeout=timeout))
         fetch = asyncio.ensure_future(self._sub.fetch(self.batch, timeout=timeout))
+        if timeout <= STOP_WAIT_S:
+            return list(await fetch)
         halt = asyncio.ensure_future(stop.wait())
         try:
             await asyncio.wait({fetch, halt}, return_when=asyncio.FIRST_COMPLETED)
@@ -561,16 +577,29 @@ class AnalyticsConsumer:
 
     async def _caught_up(self) -> bool:
         """Flush what is folded in; True when the server has nothing more to
-        deliver and this worker has read the last message it delivered."""
+        deliver, this worker has read the last message it delivered, and no
+        message it delivered is missing here.
+
+        Missing: more messages await their ack on the server than this worker
+        holds unacknowledged (a fetch cancelled after receiving them, or an
+        answer lost on the way). The server delivers them again after
+        ``ack_wait``, and the drain waits for them rather than publish results
+        without them. The server applies acks asynchronously, so a surplus
+        is asked again a few times (:data:`ACK_SETTLE_S` apart) first."""
         try:
             if self._new or self._unacked:
                 await self.flush()
-            info = await self._sub.consumer_info()
+            for _ in range(ACK_SETTLE_TRIES):
+                info = await self._sub.consumer_info()
+                if int(info.num_pending) or \
+                        int(info.delivered.stream_seq or 0) > self._max_fetched:
+                    return False
+                if int(info.num_ack_pending) <= len(self._unacked):
+                    return True
+                await asyncio.sleep(ACK_SETTLE_S)
         except TRANSIENT as e:  # not known yet: the drain loop asks again
             self._bus_error("consumer_info", e)
-            return False
-        return int(info.num_pending) == 0 and \
-            int(info.delivered.stream_seq or 0) <= self._max_fetched
+        return False
 
     async def pending(self) -> int:
         """Messages not yet delivered or not yet acknowledged."""
