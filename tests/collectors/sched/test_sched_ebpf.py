@@ -204,32 +204,35 @@ def test_fault_counter_counts_page_faults_of_a_touching_process():
 
 def test_watched_pid_exiting_mid_interval_is_reported_then_forgotten(hogs):
     """A watched process that exits mid-interval: the collect after its exit
-    still reports the time it ran in that interval (with the one before,
-    > 200 ms of its >= 400 ms busy loop), the one after has no rows for it,
-    and nothing raises (errors stays 0). The child spins from a first stdin
-    line until a second one, so the middle collect surely sees it running."""
+    still reports the time it ran in that interval (with the one before, at
+    least the 300 ms of CPU its busy loop had used when it said so), the one
+    after has no rows for it, and nothing raises (errors stays 0). The child
+    spins from a first stdin line until a second one, and says on stdout once
+    it has used 300 ms of CPU (its own process_time, whatever the machine's
+    load), so the middle collect surely sees it running."""
     logs: list[str] = []
     ctx = CollectorContext(options={"source": "ebpf"}, log=logs.append)
     c = SchedCollector(ctx)
-    code = ("import select,sys\nsys.stdin.readline()\n"
+    code = ("import select,sys,time\nsys.stdin.readline()\nt0 = time.process_time()\n"
+            "while time.process_time() - t0 < 0.3: pass\nprint('spun', flush=True)\n"
             "while not select.select([sys.stdin], [], [], 0)[0]: pass")
-    short = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
+    short = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE)
     try:
         ctx.pids.add(short.pid)
         c.collect()  # attach to the idle child
-        assert short.stdin is not None
+        assert short.stdin is not None and short.stdout is not None
         short.stdin.write(b"go\n")
         short.stdin.flush()
-        time.sleep(0.2)
+        assert short.stdout.readline() == b"spun\n"  # 300 ms of CPU used since "go"
         mid = [r for e in c.collect() for r in e.batch.to_pylist() if r["pid"] == short.pid]
-        time.sleep(0.2)
         short.stdin.write(b"stop\n")
         short.stdin.flush()
         short.wait()
         got = [r for e in c.collect() for r in e.batch.to_pylist() if r["pid"] == short.pid]
         assert mid and got, (mid, got)
         ran = sum(r["run_ns"] for r in mid + got)
-        assert ran > 200_000_000, (mid, got)
+        assert ran >= 290_000_000, (mid, got)  # 300 ms of CPU, less clock granularity
         again = [r for e in c.collect() for r in e.batch.to_pylist() if r["pid"] == short.pid]
         assert again == []
         ctx.pids.discard(short.pid)
