@@ -134,10 +134,16 @@ def test_a_failed_window_is_counted_and_the_next_runs_on_schedule(
     assert not [e for e in emits if e.signal == "kernel_span"]
     assert c.drops()["window_tool_exit"] == 1
     monkeypatch.delenv("ROCPROFV3_DOUBLE_ATTACH_FAIL")
-    emits = _windows(c, 1)
+    # The collect that harvested the failed window may have started the next
+    # one already (due every 0.3 s), still failing: collect until one is ok.
+    emits = []
+    deadline = time.monotonic() + 30
+    while not c.windows[(target.pid, "ok")] and time.monotonic() < deadline:  # type: ignore[attr-defined]
+        emits += _windows(c, 1)
     assert sum(pa.table(e.batch).num_rows for e in emits
                if e.signal == "kernel_span") == DISPATCHES
-    assert c.windows[(target.pid, "failed")] == 1  # type: ignore[attr-defined]
+    failed = c.windows[(target.pid, "failed")]  # type: ignore[attr-defined]
+    assert failed in (1, 2) and c.drops()["window_tool_exit"] == failed
     assert c.windows[(target.pid, "ok")] == 1  # type: ignore[attr-defined]
     c.close()
 
