@@ -53,6 +53,31 @@ def test_judge_fails_a_growing_fd_count_and_any_scrape_failure() -> None:
     assert not v["checks"]["scrape_failures"]["ok"] and v["checks"]["scrapes_done"]["ok"]
 
 
+def test_judge_fails_rss_growing_in_both_halves_but_not_one_step() -> None:
+    """Daemon RSS over a 2-minute fit (bound 32 MiB/hour): one +2 MiB step in the
+    middle (an allocator arena growing once) passes; +1 MiB every 20 s, growth in
+    both halves (a leak), fails; and so does an fd step (fds stay strict)."""
+    soak = _soak()
+
+    def samples(rss_mib: list[float], fds: int = 11) -> list[object]:
+        return [soak.Sample(t=10.0 * i, daemon_rss=int(r * (1 << 20)), daemon_fds=fds,
+                            nats_rss=20 << 20, nats_fds=12, daemon_cpu_s=0.0, series=99,
+                            store_bytes=0) for i, r in enumerate(rss_mib)]
+
+    ok = soak.ScrapeStats(planned=10, attempted=10, done=10)
+    bounds = {**soak.DEFAULT_BOUNDS, "daemon_rss_mib": 32.0}
+    step = samples([295.0] * 6 + [297.0] * 6)  # t = 0..110 s, fit from 0
+    v = soak.judge(step, 0.0, ok, bounds, (1.0, 2.0))
+    assert v["slopes"]["daemon_rss_mib"]["slope"] > 32.0  # the whole fit alone would fail
+    assert v["checks"]["slope_daemon_rss_mib"]["ok"], v["slopes"]["daemon_rss_mib"]
+    leak = samples([295.0 + i // 2 for i in range(12)])  # +1 MiB per 20 s: 180 MiB/hour
+    v = soak.judge(leak, 0.0, ok, bounds, (1.0, 2.0))
+    assert not v["checks"]["slope_daemon_rss_mib"]["ok"] and not v["ok"]
+    fd_step = [*samples([295.0] * 6), *samples([295.0] * 12, fds=12)[6:]]
+    v = soak.judge(fd_step, 0.0, ok, bounds, (1.0, 2.0))
+    assert not v["checks"]["slope_daemon_fds"]["ok"]
+
+
 def test_parse_counts_only_families_with_samples_and_keys_monotonic_series() -> None:
     """A family with only HELP/TYPE lines is absent; counter ``_total`` and histogram
     ``_count``/``_bucket`` samples are the monotonic ones; bad text raises."""
