@@ -53,12 +53,12 @@ bench: setup
 	$(PY) benchmarks/bench_outbox.py
 	$(PY) benchmarks/bench_rocprof.py
 	$(PY) benchmarks/bench_rocpd.py
-	$(PY) benchmarks/bench_replay.py --baseline-ref c9988e4
+	$(PY) benchmarks/bench_replay.py --baseline-ref cbcdf75
 	$(PY) benchmarks/bench_trace_held.py --rows 1000000 --baseline-ref c9988e4
 	$(PY) benchmarks/bench_capture_overhead.py
 	$(PY) benchmarks/bench_instrument.py
 	$(PY) benchmarks/bench_attribution.py
-	$(PY) benchmarks/bench_daemon_cost.py --baseline-ref fb47f91 --flush-interval 5 --publish-interval 0
+	$(PY) benchmarks/bench_daemon_cost.py --baseline-ref cbcdf75 --sched-interval 1
 	$(PY) benchmarks/bench_kernel_diff.py
 	$(PY) benchmarks/bench_llm_bus.py
 	$(PY) benchmarks/bench_otlp_llm.py
