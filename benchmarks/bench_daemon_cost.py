@@ -305,7 +305,8 @@ def main() -> int:
     extras = [m for m in ("aiohttp", "river", "onnxruntime", "opentelemetry")
               if importlib.util.find_spec(m) is not None]
     print(f"interpreter {sys.executable}; installed of note: {', '.join(extras) or 'none'} "
-          "(nats-py imports aiohttp when it is installed: kubernetes pulls it into .[dev])")
+          "(exporter/nats_import.py keeps nats-py from importing aiohttp, which "
+          "kubernetes pulls into .[dev])")
     print(f"{'leg':<14}{'cpu %':>8}{'daemon':>8}{'nats':>7}{'smi':>7}{'RSS MB':>8}"
           f"{'PSS MB':>8}{'d RSS':>8}{'n RSS':>7}{'watched':>8}{'modules':>8}{'others':>8}")
     for f in legs:

@@ -230,14 +230,6 @@ class Device:
         return Row(metric, value, unit, self.index, self.uuid, kind, tuple(sorted(merged.items())))
 
 
-def _dict_column(values: list[str]) -> pa.DictionaryArray:
-    """``values`` as a ``dictionary<int32, string>`` array (the schema's type)."""
-    codes: dict[str, int] = {}
-    idx = [codes.setdefault(v, len(codes)) for v in values]
-    return pa.DictionaryArray.from_arrays(pa.array(idx, pa.int32()),
-                                          pa.array(list(codes), pa.string()))
-
-
 def _encodable(strings: list[str]) -> bool:
     """True when every string encodes as UTF-8 (one check for the whole poll)."""
     try:
@@ -259,11 +251,11 @@ def to_table(rows: list[Row], *, ts_ns: int, source: str) -> pa.RecordBatch:
         attrs = [[(utf8(k), utf8(v)) for k, v in a] for a in attrs]
     arrays = [
         pa.array([ts_ns] * n, pa.int64()),
-        _dict_column([r.metric for r in rows]),
+        pa.array([r.metric for r in rows], pa.string()).dictionary_encode(),
         pa.array([float(r.value) for r in rows], pa.float64()),
-        _dict_column([r.kind for r in rows]),
-        _dict_column([r.unit for r in rows]),
-        _dict_column([source] * n),
+        pa.array([r.kind for r in rows], pa.string()).dictionary_encode(),
+        pa.array([r.unit for r in rows], pa.string()).dictionary_encode(),
+        pa.array([source] * n, pa.string()).dictionary_encode(),
         pa.array([r.gpu_index for r in rows], pa.int64()),
         pa.array(uuids, pa.string()),
         pa.array(attrs, pa.map_(pa.string(), pa.string())),
