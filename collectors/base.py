@@ -70,6 +70,9 @@ class Collector(Protocol):
     ``aaco_collector_up{collector=name, source=source}``; ``interval_s`` is how
     often the daemon calls ``collect()``. ``collect()`` must not raise on bad
     input: it drops what it cannot use and reports it via ``drops()``.
+    Optional attributes the daemon reads with ``getattr``: ``follows_pids``
+    (``True``: also call ``collect()`` as soon as ``ctx.pids`` grows) and
+    ``drops()``.
     """
 
     name: str

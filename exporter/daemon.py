@@ -178,7 +178,8 @@ async def run_daemon(opts: DaemonOptions, bus_cfg: BusConfig,
                     listen=opts.nats_listen, publish_interval_s=opts.publish_interval_s,
                     # a node's background traffic needs one Go thread; fewer idle
                     # scheduler wake-ups (-0.05 % of a core, benchmarks/README.md)
-                    nats_go_max_procs=EMBEDDED_NATS_GOMAXPROCS)
+                    nats_go_max_procs=EMBEDDED_NATS_GOMAXPROCS,
+                    watched=pids)  # a discovered pid is sampled at once, not a sched interval later
     for c in _build_collectors(opts, pids):
         pipe.add(c)
         log.info("collector %s: source %s", c.name, c.source)

@@ -65,6 +65,13 @@ class Pipeline:
     publish_interval_s: float = 0.0  # background samples published this often; 0: at once
     buffer: PublishBuffer = field(default_factory=PublishBuffer)
     nats_go_max_procs: int | None = None  # the embedded server's GOMAXPROCS; None: Go's default
+    watched: set[int] | None = None
+    """The collectors' shared watched pid set (``CollectorContext.pids``).
+    When a ``collect()`` adds pids to it, every collector whose
+    ``follows_pids`` is true is called at once instead of at the end of its
+    interval, so a process found between two samples is watched from then on
+    (a scheduler sample every 5 s would otherwise miss a new server's first
+    seconds: its warm-up and first requests)."""
 
     def __post_init__(self) -> None:
         self.collect_seconds = Histogram(
@@ -74,6 +81,10 @@ class Pipeline:
             registry=self.registry,
             buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )
+        self._wake: dict[str, asyncio.Event] = {}
+        self._known_pids: set[int] = set(self.watched or ())
+        self.early_collects = 0
+        """``collect()`` calls made early because the watched set grew."""
 
     async def open(self) -> Bus:
         """Connect (starting the embedded server if no URL) and return the bus."""
@@ -90,6 +101,8 @@ class Pipeline:
     def add(self, c: Collector) -> None:
         self.collectors.append(c)
         self.health[c.name] = CollectorHealth()
+        if getattr(c, "follows_pids", False):
+            self._wake[c.name] = asyncio.Event()
 
     async def collect_once(self, c: Collector) -> int:
         """One ``collect()`` in a worker thread, then publish; never raises."""
@@ -107,6 +120,7 @@ class Pipeline:
         finally:
             h.calls += 1
             self.collect_seconds.labels(c.name).observe(time.perf_counter() - t0)
+            self._note_watched()
         if self.publish_interval_s > 0:
             try:
                 emits = self.buffer.take(c.name, emits)
@@ -142,15 +156,39 @@ class Pipeline:
             if not stop.is_set():
                 await self.publish_held()
 
+    def _note_watched(self) -> None:
+        """Wake the ``follows_pids`` collectors when :attr:`watched` grew."""
+        if self.watched is None or self.watched <= self._known_pids:
+            self._known_pids = set(self.watched or ())
+            return
+        self._known_pids = set(self.watched)
+        for ev in self._wake.values():
+            ev.set()
+
     async def run_collector(self, c: Collector, stop: asyncio.Event,
                             done: Callable[[], bool] | None = None) -> None:
-        """Call ``c`` every ``c.interval_s`` until ``stop`` (or ``done()``)."""
+        """Call ``c`` every ``c.interval_s`` until ``stop`` (or ``done()``);
+        at once, too, when ``c.follows_pids`` and :attr:`watched` grew."""
+        wake = self._wake.get(c.name)
         while not stop.is_set() and not (done and done()):
             t0 = time.monotonic()
+            if wake is not None:
+                wake.clear()
             await self.collect_once(c)
             wait = max(0.0, c.interval_s - (time.monotonic() - t0))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=wait or 0.001)
+            if wake is None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=wait or 0.001)
+                continue
+            waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(wake.wait())]
+            try:
+                await asyncio.wait(waits, timeout=wait or 0.001,
+                                   return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
+            if wake.is_set() and not stop.is_set():
+                self.early_collects += 1
 
     def health_metrics(self, extra_drops: Callable[[], Counter[str]] | None = None,
                        received: Callable[[], Counter[str]] | None = None) -> Iterator[Metric]:

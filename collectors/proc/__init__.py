@@ -19,6 +19,10 @@ class ProcCollector:
     """Publishes one ``sched_sample`` batch per interval (deltas per thread)."""
 
     name = "proc"
+    follows_pids = True
+    """Called at once when the watched pid set grows (see
+    :attr:`exporter.pipeline.Pipeline.watched`), so a new process's threads
+    are counted from then on, not from the next interval."""
     OPTIONS: ClassVar[Mapping[str, OptionType]] = {
         "interval_s": float, "proc_root": str}
     """Config keys (``[collectors.proc]``) and their types; see ``sample.toml``."""

@@ -78,6 +78,10 @@ class SchedCollector:
     """
 
     name = "sched"
+    follows_pids = True
+    """Called at once when the watched pid set grows (see
+    :attr:`exporter.pipeline.Pipeline.watched`), so a new process's threads
+    are counted from then on, not from the next interval."""
     OPTIONS: ClassVar[Mapping[str, OptionType]] = {
         "source": str, "interval_s": float, "cgroup": (str, int), "proc_root": str}
     """Config keys (``[collectors.sched]``) and their types; see ``sample.toml``."""
