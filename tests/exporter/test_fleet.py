@@ -258,8 +258,10 @@ def test_node_daemons_export_only_their_host_and_aggregate_sums_each_host_once(
     try:
         for host in ("node-a", "node-b"):
             procs[host] = subprocess.Popen(
+                # --watch none: the fleet is the published data alone, not this
+                # machine's ORT processes (pytest itself has onnxruntime loaded)
                 [aaco, "run", *common, "--host", host, "--metrics-addr",
-                 f"127.0.0.1:{ports[host]}", "--window", "30"],
+                 f"127.0.0.1:{ports[host]}", "--window", "30", "--watch", "none"],
                 env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         procs["aggregate"] = subprocess.Popen(
             [aaco, "aggregate", *common, "--metrics-addr", f"127.0.0.1:{ports['aggregate']}"],
