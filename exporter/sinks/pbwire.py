@@ -91,20 +91,35 @@ def varint(values: npt.NDArray[np.integer], mask: Mask | None = None,
            prefix: bytes = b"") -> Part:
     """``prefix`` (a field key) then the varint of each value (int64 taken as
     two's-complement uint64, as protobuf encodes a negative ``int64``)."""
-    v = np.asarray(values).astype(np.uint64, copy=False)
+    a = np.asarray(values)
+    v = a.view(np.uint64) if a.dtype == np.int64 else a.astype(np.uint64, copy=False)
     n = v.shape[0]
-    nb = np.searchsorted(_LIMITS, v, side="right").astype(np.int64) + 1
-    w = int(nb.max()) if n else 1
+    if n == 0:
+        return Part(_with_prefix(prefix, np.zeros((1, 0), np.uint8)),
+                    np.zeros(0, dtype=np.int64))
+    # one width for every row (ids, timestamps and uuids of a chunk mostly are):
+    # found from the extremes, with no per-row width search
+    lo, hi = (_width(int(x)) for x in (v.min(), v.max()))
+    if lo == hi:
+        w, nb = hi, np.full(n, hi, dtype=np.int64)
+    else:
+        nb = np.searchsorted(_LIMITS, v, side="right").astype(np.int64) + 1
+        w = hi
     if w == 1:  # every value below 128: one byte each
         body = v.astype(np.uint8)[None, :]
     else:
         body = ((v[None, :] >> _SHIFTS[:w, None]) & np.uint64(0x7F)).astype(np.uint8)
-        if int(nb.min()) == w:  # one width: a continuation bit on all but the last byte
+        if lo == w:  # one width: a continuation bit on all but the last byte
             body[:-1] |= np.uint8(0x80)
         else:
             body |= np.where(np.arange(w)[:, None] < (nb - 1)[None, :], np.uint8(0x80),
                              np.uint8(0))
     return Part(_with_prefix(prefix, body), _mask(nb + len(prefix), mask))
+
+
+def _width(v: int) -> int:
+    """Bytes of the varint of ``v`` (0 <= v < 2**64)."""
+    return max(1, (v.bit_length() + 6) // 7)
 
 
 def fixed64(values: npt.NDArray[np.integer], mask: Mask | None = None,
