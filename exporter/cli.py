@@ -472,8 +472,11 @@ def replay(
     end, unless ``--quiet``. Exit status 2, after writing the bundle, when the
     bus outbox dropped messages."""
     from collectors.rocprof.formats import UnknownFormat
+    from exporter.malloc_tuning import tune_for_batch
     from exporter.replay import NothingToReplay
     from exporter.replay import replay as run_replay
+
+    tune_for_batch()  # a bulk job: fewer page faults for a little more RSS
 
     try:
         session, derived, rejects, phases = asyncio.run(run_replay(
