@@ -71,6 +71,7 @@ from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
 from collectors.base import Emit
 from exporter import schema
+from exporter.nats_urls import server_list
 from exporter.outbox import Held, Outbox
 
 log = logging.getLogger("aaco.bus")
@@ -140,15 +141,6 @@ async def _log_error(e: Exception) -> None:
     _last_error[:] = [e]
     CLIENT_ERRORS[type(e).__name__] += 1
     log.warning("nats: %s: %s", type(e).__name__, e)
-
-
-def server_list(url: str) -> list[str]:
-    """The servers of a comma-separated ``url`` (one cluster), in order.
-
-    >>> server_list("nats://a:4222, nats://b:4222,")
-    ['nats://a:4222', 'nats://b:4222']
-    """
-    return [u.strip() for u in url.split(",") if u.strip()]
 
 
 def websocket_transport() -> None:

@@ -51,6 +51,7 @@ from collectors.ort.graph import ModelError, load_graph
 from exporter import schema
 from exporter.instrument import llm as llm_spans
 from exporter.instrument.recorder import Recorder, Row, SessionMeta
+from exporter.nats_urls import server_list
 
 INTERVAL_S = 0.25
 BATCH_ROWS = 8192
@@ -309,7 +310,8 @@ class Publisher:
         timeout = 2.0 if not final else max(0.05, min(2.0, self._deadline - now - 0.2))
         try:
             self.nc = await asyncio.wait_for(nats.connect(
-                self.url, connect_timeout=min(1.0, timeout), allow_reconnect=True,
+                server_list(self.url), connect_timeout=min(1.0, timeout),
+                allow_reconnect=True,
                 max_reconnect_attempts=1, reconnect_time_wait=INTERVAL_S,
                 error_cb=_quiet, name=f"aaco-instrument:{self.rec.pid}",
             ), timeout)

@@ -293,3 +293,15 @@ def test_unknown_command_is_one_error_line_exit_2() -> None:
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "aaco-exporter: error: command not found: no-such-program-aaco"]
+
+
+def test_a_comma_separated_cluster_url_reaches_the_server_that_is_up(
+        tmp_path: Path, nats_server: EmbeddedNats, magika_model: Path) -> None:
+    """``AACO_NATS_URL`` naming two servers of a cluster, the first one down
+    (a closed port): every span reaches the second, as the daemon's own
+    ``--nats`` list does (exporter.bus.server_list)."""
+    _make_stream(nats_server.url)
+    url = f"nats://127.0.0.1:{free_port()},{nats_server.url}"
+    _, st = _run_loop(tmp_path, magika_model, url, n=20)
+    assert st["published"] == 20 and st["dropped"] == {}, st
+    assert len(_rows(nats_server.url, "iteration_span")) == 20
