@@ -15,7 +15,8 @@ round 4).
 Only the batch commands call :func:`tune_for_batch`: the daemon keeps glibc's
 defaults, where RSS matters more than a bulk job's system time. Nothing is
 changed when the C library has no ``mallopt`` (musl), or when the user set
-any of glibc's ``MALLOC_*_`` tunables in the environment (theirs win).
+any of glibc's ``MALLOC_*`` variables or ``GLIBC_TUNABLES`` in the
+environment (theirs win).
 """
 
 from __future__ import annotations
@@ -33,15 +34,13 @@ SETTINGS = ((M_MMAP_THRESHOLD, 32 << 20), (M_TOP_PAD, 64 << 20),
 """``(parameter, bytes)`` applied by :func:`tune_for_batch`, in order (32 MiB:
 the ceiling of glibc's own dynamic mmap threshold on 64-bit)."""
 
-_USER_VARS = ("MALLOC_TOP_PAD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_",
-              "MALLOC_MMAP_MAX_", "GLIBC_TUNABLES")
 
 
 def tune_for_batch() -> bool:
     """Apply the settings above to this process; returns whether they were
-    applied (``False``: no glibc ``mallopt``, or the environment sets
-    glibc's malloc tunables). Affects allocations made after the call."""
-    if any(v in os.environ for v in _USER_VARS):
+    applied (``False``: no glibc ``mallopt``, or the environment has a
+    ``MALLOC_*`` variable or ``GLIBC_TUNABLES``). Affects allocations made after the call."""
+    if "GLIBC_TUNABLES" in os.environ or any(v.startswith("MALLOC_") for v in os.environ):
         return False
     try:
         mallopt = ctypes.CDLL(None).mallopt

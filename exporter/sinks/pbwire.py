@@ -99,12 +99,11 @@ def varint(values: npt.NDArray[np.integer], mask: Mask | None = None,
                     np.zeros(0, dtype=np.int64))
     # one width for every row (ids, timestamps and uuids of a chunk mostly are):
     # found from the extremes, with no per-row width search
-    lo, hi = (_width(int(x)) for x in (v.min(), v.max()))
-    if lo == hi:
-        w, nb = hi, np.full(n, hi, dtype=np.int64)
+    lo, w = (_width(int(x)) for x in (v.min(), v.max()))
+    if lo == w:
+        nb = np.full(n, w, dtype=np.int64)
     else:
         nb = np.searchsorted(_LIMITS, v, side="right").astype(np.int64) + 1
-        w = hi
     if w == 1:  # every value below 128: one byte each
         body = v.astype(np.uint8)[None, :]
     else:

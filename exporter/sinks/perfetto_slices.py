@@ -173,15 +173,26 @@ def encode_events(s: SliceCols, ts: I64, events: npt.NDArray[np.intp]) -> bytes:
     return w.assemble(groups, pos) if groups else b""
 
 
-def encode_windows(s: SliceCols, window: int) -> Iterator[tuple[bytes, int]]:
-    """:func:`encode` in pieces of at most ``window`` events (the global order
-    computed once), so memory grows with the window, not with ``2 n``."""
+def event_windows(s: SliceCols, window: int) -> Iterator[tuple[I64, npt.NDArray[np.intp]]]:
+    """The global event order of ``s`` (computed once) in pieces of at most
+    ``window`` events: ``(ts, events)`` each, for :func:`encode_window`."""
     if s.n == 0:
         return
     ts, order = event_order(s.start, s.end, s.depth)
     for off in range(0, len(order), window):
-        ev = order[off:off + window]
-        yield encode_events(s, ts, ev), len(ev)
+        yield ts, order[off:off + window]
+
+
+def encode_window(s: SliceCols, ts: I64, events: npt.NDArray[np.intp]) -> tuple[bytes, int]:
+    """Serialized packets of one window of :func:`event_windows` and their count."""
+    return encode_events(s, ts, events), len(events)
+
+
+def encode_windows(s: SliceCols, window: int) -> Iterator[tuple[bytes, int]]:
+    """:func:`encode` in pieces of at most ``window`` events, so memory grows
+    with the window, not with ``2 n``."""
+    for ts, ev in event_windows(s, window):
+        yield encode_window(s, ts, ev)
 
 
 def encode(s: SliceCols) -> tuple[bytes, int]:

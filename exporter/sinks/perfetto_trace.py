@@ -177,10 +177,14 @@ class _Builder:
             packets = len(self.trace.packet)
             data = self.trace.SerializeToString()
             self.trace = Trace()
-            if self.pending:
-                self.pending.append((data, packets))
-            else:
-                self._write(data, packets)
+            self._queue(data, packets)
+
+    def _queue(self, data: bytes, packets: int) -> None:
+        """Write ``data`` now, or after the encodings still pending."""
+        if self.pending:
+            self.pending.append((data, packets))
+        else:
+            self._write(data, packets)
 
     def _write(self, data: bytes, packets: int) -> None:
         self.f.write(data)
@@ -191,10 +195,7 @@ class _Builder:
     def raw(self, data: bytes, packets: int) -> None:
         """Write already serialized ``Trace.packet`` entries after what is buffered."""
         self.flush()
-        if self.pending:
-            self.pending.append((data, packets))
-        else:
-            self._write(data, packets)
+        self._queue(data, packets)
 
     def encode(self, fn: Callable[..., tuple[bytes, int]], *args: object) -> None:
         """Write ``fn(*args)`` (serialized packets and their count, e.g.
@@ -762,14 +763,8 @@ def _held(b: _Builder, iterations: pa.Table, cpu_parts: list[pa.RecordBatch],
     held = ps.concat(parts, HELD_ANNOTATIONS)
     del parts, cpu
     b.end_chunk_header()
-    ts, order = ps.event_order(held.start, held.end, held.depth)
-    for off in range(0, len(order), WINDOW_EVENTS):
-        ev = order[off:off + WINDOW_EVENTS]
-        b.encode(_encode_window, held, ts, ev)
-
-
-def _encode_window(s: ps.SliceCols, ts: I64, ev: npt.NDArray[np.intp]) -> tuple[bytes, int]:
-    return ps.encode_events(s, ts, ev), len(ev)
+    for ts, ev in ps.event_windows(held, WINDOW_EVENTS):
+        b.encode(ps.encode_window, held, ts, ev)
 
 
 def _counters(b: _Builder, sched: pa.Table | None, gauges: pa.Table | None,
