@@ -44,7 +44,11 @@ class Phases:
         try:
             yield
         finally:
-            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - t
+            self.add(phase, time.perf_counter() - t)
+
+    def add(self, phase: str, seconds: float) -> None:
+        """Add ``seconds`` to ``phase`` (a span timed elsewhere)."""
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + seconds
 
     def total(self) -> float:
         """Seconds since this object was made."""

@@ -14,7 +14,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,13 +43,20 @@ for per fetch. The two read side by side on one connection, so the server
 may be sending both answers at once: at most 2 x 16 x 900 kB, well below
 nats-server's 64 MiB ``max_pending`` per connection (beyond it the server
 drops the connection as a slow consumer: seen with 512 + 1024)."""
+READ_WAIT_S = 0.05
+"""How long a session reader's fetch waits for a message while the publisher runs."""
+GIVE_UP_EMPTY = 1200
+"""Empty fetches in a row (:data:`READ_WAIT_S` each: 60 s) after which the
+publisher stops waiting for a reader that is behind."""
 
 
-def _timed(it: Iterator[Emit], phases: Phases, phase: str) -> Iterator[Emit]:
-    """``it``'s items, the time spent producing them added to ``phase``."""
+async def _timed(it: Iterator[Emit], phases: Phases, phase: str) -> AsyncIterator[Emit]:
+    """``it``'s items, each pulled in a worker thread (the event loop keeps
+    serving the session's readers while a parser works or is waited for),
+    the time spent waiting for them added to ``phase``."""
     while True:
         with phases.time(phase):
-            item = next(it, None)
+            item = await asyncio.to_thread(next, it, None)
         if item is None:
             return
         yield item
@@ -102,6 +109,72 @@ def gpu_collector(host: str, pids: set[int], interval_s: float = 1.0) -> Collect
         c.close()
         return None
     return c
+
+
+class _Readers:
+    """The bundle sink and the analytics consumer reading while a session
+    publishes: one task each, fetching (:data:`READ_BATCH` messages, up to
+    :data:`READ_WAIT_S` s) and taking in what it got until the publisher is
+    done, so their work overlaps the parser's and the publisher's.
+
+    :meth:`keep_up` holds the publisher while a reader is more than
+    :data:`MAX_LAG` messages behind it, so the stream's ``max_bytes``
+    retention never deletes what they have not read (a publisher that ran
+    ahead on a busy machine lost a third of 10M rows). It gives up waiting
+    on a reader that fetches nothing for :data:`GIVE_UP_EMPTY` fetches in a
+    row (that reader then counts what it missed as ``stream_gap`` drops).
+    A fetch is never cancelled (nats-py would throw its messages away):
+    leaving the ``async with`` lets each reader finish its fetch and stop.
+    The seconds a reader spends on fetches that returned messages are added
+    to its phase (``bundle``, ``analytics``)."""
+
+    def __init__(self, s: Session) -> None:
+        self.phases = s.phases
+        self.steps: dict[str, tuple[Callable[..., Awaitable[int]], str]] = {
+            "sink": (s.sink.step, "bundle"), "analytics": (s.consumer.step, "analytics")}
+        self.seen = dict.fromkeys(self.steps, 0)
+        self.empty = dict.fromkeys(self.steps, 0)
+        self._moved = asyncio.Event()
+        self._done = False
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def __aenter__(self) -> _Readers:
+        self._tasks = [asyncio.ensure_future(self._read(name)) for name in self.steps]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._done = True
+        await asyncio.gather(*self._tasks, return_exceptions=exc[0] is not None)
+
+    async def _read(self, name: str) -> None:
+        step, phase = self.steps[name]
+        try:
+            while not self._done:
+                t = time.perf_counter()
+                n = await step(timeout=READ_WAIT_S)
+                if n:
+                    self.phases.add(phase, time.perf_counter() - t)
+                self.seen[name] += n
+                self.empty[name] = 0 if n else self.empty[name] + 1
+                self._moved.set()
+        finally:
+            self._moved.set()  # wakes keep_up, which raises this task's exception
+
+    def _behind(self, published: int) -> bool:
+        return any(published - self.seen[n] > MAX_LAG and self.empty[n] < GIVE_UP_EMPTY
+                   for n in self.steps)
+
+    async def keep_up(self, published: int) -> None:
+        """Return once each reader is at most :data:`MAX_LAG` messages behind
+        ``published`` (or has given up); raises a reader's exception."""
+        while True:
+            for t in self._tasks:
+                if t.done():
+                    t.result()  # a reader's exception, raised here
+            if not self._behind(published):
+                return
+            self._moved.clear()
+            await self._moved.wait()
 
 
 @dataclass
@@ -171,42 +244,25 @@ class Session:
     async def publish(self, emits: Iterable[Emit],
                       transform: Callable[[Emit], pa.RecordBatch] | None = None) -> int:
         """Publish every emit of ``emits`` (a parser's output; ``transform``
-        maps an emit to the batch to publish), keeping the analytics consumer
-        and the bundle sink reading as it goes so the backlog stays bounded;
-        returns the rows published. Times ``parse`` (pulling from ``emits``),
-        ``bus``, ``analytics`` and ``bundle``; shows rows on the progress bar."""
+        maps an emit to the batch to publish) while the analytics consumer
+        and the bundle sink read in the background (:class:`_Readers`), so
+        folding and spooling overlap parsing and publishing and the backlog
+        stays bounded; returns the rows published. Times ``parse`` (pulling
+        from ``emits``), ``bus``, ``analytics`` and ``bundle``; shows rows on
+        the progress bar. A reader's exception is raised here."""
         it = iter(emits)
         task = self.progress.add_task("replay rows", total=None) if self.progress else None
         rows = published = 0
-        seen = {"sink": 0, "analytics": 0}
-        for emit in _timed(it, self.phases, "parse"):
-            batch = transform(emit) if transform is not None else emit.batch
-            rows += batch.num_rows
-            with self.phases.time("bus"):
-                published += await self.bus.publish_table(emit.signal, batch, emit.key)
-            await self._catch_up(published, seen)
-            if self.progress is not None and task is not None:
-                self.progress.update(task, completed=rows)
+        async with _Readers(self) as readers:
+            async for emit in _timed(it, self.phases, "parse"):
+                batch = transform(emit) if transform is not None else emit.batch
+                rows += batch.num_rows
+                with self.phases.time("bus"):
+                    published += await self.bus.publish_table(emit.signal, batch, emit.key)
+                await readers.keep_up(published)
+                if self.progress is not None and task is not None:
+                    self.progress.update(task, completed=rows)
         return rows
-
-    async def _catch_up(self, published: int, seen: dict[str, int]) -> None:
-        """Let the bundle sink and the analytics consumer read until each is at
-        most :data:`MAX_LAG` messages behind ``published``, so the stream's
-        ``max_bytes`` retention never deletes what they have not read (a
-        publisher that ran ahead on a busy machine lost a third of 10M rows).
-        Gives up waiting on a reader that fetches nothing for 60 s (it then
-        counts what it missed as ``stream_gap`` drops)."""
-        async def catch_up(name: str, step: Callable[..., Awaitable[int]], phase: str) -> None:
-            idle = 0
-            while published - seen[name] > MAX_LAG and idle < 300:
-                with self.phases.time(phase):
-                    n = await step(timeout=0.2)
-                seen[name] += n
-                idle = 0 if n else idle + 1
-
-        # side by side: the consumer folds in a worker thread while the sink decodes
-        await _together(catch_up("sink", self.sink.step, "bundle"),
-                        catch_up("analytics", self.consumer.step, "analytics"))
 
     async def close(self) -> None:
         await self.pipe.close()

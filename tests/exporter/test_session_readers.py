@@ -1,0 +1,190 @@
+"""A session's two readers (bundle sink, analytics consumer) read while it
+publishes: their work overlaps the parser's, they stay within MAX_LAG
+messages of the publisher, and a fetch is never cancelled under them."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pytest
+
+from collectors.base import Emit
+from exporter import session as session_mod
+from exporter.bus import BusConfig
+from exporter.natsserver import EmbeddedNats
+from exporter.phases import Phases
+from exporter.schema import KERNEL_SPAN
+from exporter.session import Session, _Readers
+
+
+def _kernels(n: int, t0: int) -> pa.Table:
+    cols = {f.name: pa.nulls(n, f.type) for f in KERNEL_SPAN}
+    cols |= {"start_ns": pa.array(range(t0, t0 + n), pa.int64()),
+             "end_ns": pa.array(range(t0 + 1, t0 + n + 1), pa.int64()),
+             "duration_ns": pa.array([1] * n, pa.int64()),
+             "pid": pa.array([42] * n, pa.int64()),
+             "source": pa.array(["rocprofv3"] * n).dictionary_encode(),
+             "device_type": pa.array(["gpu"] * n).dictionary_encode(),
+             "kernel_family": pa.array(["gemm"] * n).dictionary_encode(),
+             "kernel_name": pa.array([f"k{i % 7}" for i in range(n)]).dictionary_encode()}
+    return pa.table(cols).cast(KERNEL_SPAN)
+
+
+def _emits(n: int) -> Iterator[Emit]:
+    for i in range(n):
+        yield Emit("kernel_span", _kernels(50, 1000 * i), f"k{i}")
+
+
+def test_readers_take_messages_while_the_parser_is_still_producing(
+        nats_server: EmbeddedNats) -> None:
+    """The parser (here: an iterator that, after its first batch, waits for
+    both readers to have taken it) runs in a worker thread while the event
+    loop keeps the readers fetching, with no lag limit forcing them: the
+    publisher is not stopped to let them catch up. Before, readers only read
+    once 128 messages were behind, and this parser waited in vain."""
+
+    async def go() -> tuple[bool, int, int]:
+        s = await Session.open("replay", BusConfig(url=nats_server.url))
+        seen_in_time = threading.Event()
+
+        def parser() -> Iterator[Emit]:
+            yield Emit("kernel_span", _kernels(50, 10**6), "first")
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                if s.sink.rows["kernel_span"] and s.consumer.received["kernel_span"]:
+                    seen_in_time.set()
+                    break
+                time.sleep(0.01)
+            yield from _emits(5)
+
+        try:
+            rows = await s.publish(parser())
+            await s.drain()
+        finally:
+            await s.close()
+        return seen_in_time.is_set(), rows, s.sink.rows["kernel_span"]
+
+    seen, rows, spooled = asyncio.run(go())
+    assert seen
+    assert rows == spooled == 50 * 6
+
+
+def test_publisher_stays_within_max_lag_of_both_readers(
+        nats_server: EmbeddedNats, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whenever the publisher asks the parser for its next batch, each reader
+    has taken all but at most MAX_LAG of the messages published (one per
+    batch here); every row reaches the bundle and the analytics."""
+    monkeypatch.setattr(session_mod, "MAX_LAG", 2)
+    worst: list[int] = []
+
+    async def go() -> tuple[int, int, int]:
+        s = await Session.open("replay", BusConfig(url=nats_server.url))
+
+        def parser() -> Iterator[Emit]:
+            for i, e in enumerate(_emits(30)):
+                if i:  # i messages published so far
+                    worst.append(max(i - s.sink.rows["kernel_span"] // 50,
+                                     i - s.consumer.received["kernel_span"]))
+                yield e
+
+        try:
+            rows = await s.publish(parser())
+            await s.drain()
+        finally:
+            await s.close()
+        return rows, s.sink.rows["kernel_span"], sum(
+            int(r["kernel_spans_total"]) for r in s.final_results())
+
+    rows, spooled, analysed = asyncio.run(go())
+    assert len(worst) == 29 and max(worst) <= 2
+    assert rows == spooled == analysed == 50 * 30
+
+
+def _readers(sink_step: object, consumer_step: object) -> _Readers:
+    s = SimpleNamespace(phases=Phases(), sink=SimpleNamespace(step=sink_step),
+                        consumer=SimpleNamespace(step=consumer_step))
+    return _Readers(s)  # type: ignore[arg-type]
+
+
+def test_a_readers_exception_is_raised_to_the_publisher() -> None:
+    """A reader that fails (a bug, not a bus error: those are retried inside
+    step) makes keep_up raise that exception instead of waiting forever."""
+
+    async def bad(timeout: float) -> int:
+        raise RuntimeError("fold failed")
+
+    async def ok(timeout: float) -> int:
+        await asyncio.sleep(timeout)
+        return 1
+
+    async def go() -> None:
+        async with _readers(ok, bad) as r:
+            await r.keep_up(10_000)
+
+    with pytest.raises(RuntimeError, match="fold failed"):
+        asyncio.run(go())
+
+
+def test_leaving_lets_a_fetch_in_flight_finish_and_never_cancels_it() -> None:
+    """nats-py throws away what a cancelled fetch had received, so the
+    readers stop only between fetches: a step still waiting when the
+    publisher is done completes, and its messages are counted."""
+    state = {"finished": 0, "cancelled": 0}
+
+    async def go() -> dict[str, int]:
+        gate = asyncio.Event()
+
+        async def slow(timeout: float) -> int:
+            try:
+                await gate.wait()
+            except asyncio.CancelledError:
+                state["cancelled"] += 1
+                raise
+            state["finished"] += 1
+            return 3
+
+        async def quick(timeout: float) -> int:
+            await asyncio.sleep(0.001)
+            return 0
+
+        r = _readers(slow, quick)
+        async with r:
+            await asyncio.sleep(0.05)
+            asyncio.get_running_loop().call_later(0.1, gate.set)
+        return {**state, "seen": r.seen["sink"]}
+
+    out = asyncio.run(go())
+    assert out == {"finished": 1, "cancelled": 0, "seen": 3}
+
+
+def test_keep_up_gives_up_on_a_reader_that_fetches_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader behind by more than MAX_LAG whose fetches come back empty
+    GIVE_UP_EMPTY times in a row no longer holds the publisher (it counts
+    what the stream deleted as stream_gap drops); a reader that takes
+    messages is waited for until it is within MAX_LAG."""
+    monkeypatch.setattr(session_mod, "GIVE_UP_EMPTY", 5)
+    monkeypatch.setattr(session_mod, "MAX_LAG", 10)
+
+    async def empty(timeout: float) -> int:
+        await asyncio.sleep(0)
+        return 0
+
+    async def reading(timeout: float) -> int:
+        await asyncio.sleep(0)
+        return 1
+
+    async def go() -> tuple[int, int]:
+        r = _readers(empty, reading)
+        async with r:
+            await r.keep_up(100)
+            return r.empty["sink"], r.seen["analytics"]
+
+    empties, read = asyncio.run(go())
+    assert empties >= 5
+    assert read >= 90
