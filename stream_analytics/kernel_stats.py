@@ -41,18 +41,28 @@ def kernel_stats(table: pa.Table) -> pa.Table:
         if c not in table.column_names:
             raise KeyError(f"kernel_stats: column {c!r} missing")
     name = table["kernel_name"]
-    if pa.types.is_dictionary(name.type):
-        name = name.cast(pa.string())
     dur = table["duration_ns"].cast(pa.int64())
-    t = pa.table({"kernel_name": name, "d": dur}).filter(pc.is_valid(dur))
+    values, key = None, name
+    if pa.types.is_dictionary(name.type):
+        name = name.unify_dictionaries() if isinstance(name, pa.ChunkedArray) else name
+        chunks = name.chunks if isinstance(name, pa.ChunkedArray) else [name]
+        if chunks and pc.count_distinct(chunks[0].dictionary, mode="all").as_py() == len(
+                chunks[0].dictionary):  # grouped by index: no string per row
+            values = chunks[0].dictionary
+            key = pa.chunked_array([c.indices for c in chunks], chunks[0].indices.type)
+        else:  # no chunk, or a dictionary that repeats a value
+            key = name.cast(pa.string())
+    t = pa.table({"kernel_name": key, "d": dur}).filter(pc.is_valid(dur))
     g = t.group_by("kernel_name").aggregate(
         [("d", "count"), ("d", "sum"), ("d", "min"), ("d", "max")]
     )
+    names = g["kernel_name"] if values is None else values.cast(pa.string()).take(
+        g["kernel_name"])
     calls = g["d_count"].cast(pa.int64())
     total = g["d_sum"]
     out = pa.table(
         {
-            "kernel_name": g["kernel_name"],
+            "kernel_name": names,
             "calls": calls,
             "total_ns": total,
             "avg_ns": pc.divide(total, calls),  # int64 / int64 -> floor for non-negative

@@ -39,3 +39,23 @@ def test_kernel_stats_batches_equals_kernel_stats_of_the_whole_table() -> None:
                for i in range(0, len(names), 3)]
     assert kernel_stats_batches(batches).to_pylist() == kernel_stats(t).to_pylist()
     assert kernel_stats_batches([]).num_rows == 0
+
+
+@pytest.mark.parametrize("dictionary", [
+    pa.array(["x", "y", "x", "z"]),  # a dictionary that repeats a value
+    pa.array(["x", "y", "z"]),
+])
+def test_kernel_stats_of_a_dictionary_column_equals_that_of_its_strings(
+        dictionary: pa.Array) -> None:
+    """A dictionary column is grouped by index, not by a string per row; the
+    rows equal those of the same names as plain strings, also when the
+    dictionary repeats a value or the column has chunks with other dictionaries."""
+    idx = [0, 1, 2, 0, 1, 2, 2, 0]
+    names = pa.DictionaryArray.from_arrays(pa.array(idx, pa.int32()), dictionary)
+    other = pa.array(["z", "w", "x"]).dictionary_encode()
+    col = pa.chunked_array([names, other])
+    durs = pa.chunked_array([pa.array([3, 4, 5, 6, 7, 8, None, 10]), pa.array([1, 2, 3])])
+    plain = pa.table({"kernel_name": col.cast(pa.string()), "duration_ns": durs})
+    got = kernel_stats(pa.table({"kernel_name": col, "duration_ns": durs})).to_pylist()
+    assert got == kernel_stats(plain).to_pylist()
+    assert {r["kernel_name"] for r in got} == {"x", "y", "z", "w"}
