@@ -458,10 +458,32 @@ def _name_processes(b: _Builder, pid: I64, model: pa.Array) -> None:
             b.process(p, f"{m} (pid {p})")
 
 
+DENSE_LUT_MIN = 1 << 16
+"""Value range up to which :func:`_dense_codes` ranks through a lookup table
+(at least this, or 4 entries per value)."""
+
+
 def _dense_codes(values: I64) -> tuple[I64, int]:
     """``(code per value, number of distinct values)``: codes ranked as the
-    distinct values sort (hash-encoded with pyarrow, then only the few
-    distinct values are sorted)."""
+    distinct values sort. Values within a small range (agent, queue ids; the
+    combined codes of :func:`_track_ids`) are ranked through a table indexed
+    by value; others are hash-encoded with pyarrow, then only the few
+    distinct values are sorted.
+
+    >>> _dense_codes(np.array([7, 3, 7, 9]))
+    (array([1, 0, 1, 2]), 3)
+    >>> _dense_codes(np.array([1 << 40, -5, 1 << 40]))
+    (array([1, 0, 1]), 2)
+    """
+    if len(values) == 0:
+        return np.empty(0, np.int64), 0
+    lo, hi = int(values.min()), int(values.max())
+    if hi - lo < max(DENSE_LUT_MIN, 4 * len(values)):
+        off = values - lo
+        seen = np.zeros(hi - lo + 1, np.bool_)
+        seen[off] = True
+        lut = np.cumsum(seen, dtype=np.int64) - 1
+        return lut[off], int(lut[-1]) + 1
     enc = pc.dictionary_encode(pa.array(values, pa.int64()))
     order = np.argsort(enc.dictionary.to_numpy(), kind="stable")
     rank = np.empty(len(order), np.int64)
