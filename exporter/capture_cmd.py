@@ -145,23 +145,19 @@ async def _capture_command(cmd: Sequence[str], out_parent: Path, bus_cfg: BusCon
                     else emit.batch)
 
         await s.publish(load_paths(outputs, rejects), to_wall)
-        await s.drain()
         with phases.time("parse"):  # load_paths counted bad rows
             hip_api = hip_api_table(outputs, offset_ns=clock.offset_ns)
+        final = str(bundle.final)  # argv as recorded names the bundle's final path
+        derived = await s.write_trace_bundle(
+            out, {"kind": "command", "command": list(cmd),
+                  "argv": [x.replace(str(out), final) for x in argv],
+                  "rocprofv3": use_rocprof, "exit_status": rc, "rocprof_clock": clock.clock,
+                  "rocprof_clock_offset_ns": clock.offset_ns}, rejects, hip_api)
     finally:
         stop.set()
         if gpu_task is not None and not gpu_task.done():
             gpu_task.cancel()
         await s.close()
-    final = str(bundle.final)  # argv as recorded names the bundle's final path
-    try:
-        derived = s.write_trace_bundle(out, {"kind": "command", "command": list(cmd),
-                                             "argv": [x.replace(str(out), final) for x in argv],
-                                             "rocprofv3": use_rocprof, "exit_status": rc,
-                                             "rocprof_clock": clock.clock,
-                                             "rocprof_clock_offset_ns": clock.offset_ns},
-                                       rejects, hip_api)
-    finally:
         s.sink.discard()
     llm = write_saved(out)
     if llm is not None:

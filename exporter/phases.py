@@ -15,13 +15,15 @@ ahead of the bus, so there it is the time spent waiting for the parser),
 of the bus included), ``trace``
 (``trace.pftrace``). A phase timed several times adds up. Times are
 ``time.perf_counter`` seconds. The phases of one session do not overlap,
-except ``analytics`` and ``bundle``: the two readers of the bus read side by
-side (:class:`exporter.session.Session`), each timed on its own, so their
+except ``analytics``, ``bundle`` and ``trace``: the two readers of the bus
+read side by side, and the trace is written while the analytics consumer
+settles (:class:`exporter.session.Session`), each timed on its own, so their
 sum may exceed the wall time they took.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,6 +38,7 @@ class Phases:
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
         self.t0 = time.perf_counter()
+        self._lock = threading.Lock()
 
     @contextmanager
     def time(self, phase: str) -> Iterator[None]:
@@ -47,8 +50,9 @@ class Phases:
             self.add(phase, time.perf_counter() - t)
 
     def add(self, phase: str, seconds: float) -> None:
-        """Add ``seconds`` to ``phase`` (a span timed elsewhere)."""
-        self.seconds[phase] = self.seconds.get(phase, 0.0) + seconds
+        """Add ``seconds`` to ``phase`` (a span timed elsewhere); thread-safe."""
+        with self._lock:
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + seconds
 
     def total(self) -> float:
         """Seconds since this object was made."""

@@ -51,7 +51,7 @@ async def replay(paths: Sequence[Path], out_parent: Path, bus_cfg: BusConfig,
             raise FileNotFoundError(f"{p}: no such file or directory")
     rejects = Rejects()
     phases = Phases()
-    with bar(progress) as shown:
+    with bar(progress) as shown, BundleDir() as bundle:
         s = await Session.open("replay", bus_cfg, phases)
         s.progress = shown
         rows = 0
@@ -59,30 +59,25 @@ async def replay(paths: Sequence[Path], out_parent: Path, bus_cfg: BusConfig,
             # the parser runs ahead in a thread (pyarrow's CSV reader releases
             # the GIL), overlapping publishing, analytics and the bundle sink
             rows = await s.publish(prefetch(load_paths(list(paths), rejects)))
-            await s.drain()
+            if rows:
+                out = bundle.create(out_parent / f"{s.id}_replay")
+                with phases.time("parse"):
+                    hip_api = hip_api_table([Path(p) for p in paths])
+                derived = await s.write_trace_bundle(
+                    out, {"kind": "replay", "inputs": [str(p) for p in paths]}, rejects,
+                    hip_api)
         finally:
             await s.close()
-            if rows == 0:
-                s.sink.discard()
+            s.sink.discard()
         if rows == 0:
             why = "; ".join(e for ex in rejects.examples.values() for e in ex) \
                 or "no kernel dispatches"
             raise NothingToReplay(
                 f"replay: nothing to replay in {', '.join(map(str, paths))}: {why}")
-        with BundleDir() as bundle:
-            out = bundle.create(out_parent / f"{s.id}_replay")
-            with phases.time("parse"):
-                hip_api = hip_api_table([Path(p) for p in paths])
-            try:
-                derived = s.write_trace_bundle(out, {"kind": "replay",
-                                                     "inputs": [str(p) for p in paths]},
-                                               rejects, hip_api)
-            finally:
-                s.sink.discard()
-            roof = write_roofline(out, [Path(p) for p in paths], rejects=rejects)
-            if roof is not None:
-                derived["roofline_bound"] = roof[0]["summary"]["bound"]
-                if roof[1] is not None:
-                    derived["bottleneck"] = roof[1]["class"]
+        roof = write_roofline(out, [Path(p) for p in paths], rejects=rejects)
+        if roof is not None:
+            derived["roofline_bound"] = roof[0]["summary"]["bound"]
+            if roof[1] is not None:
+                derived["bottleneck"] = roof[1]["class"]
     assert bundle.final is not None
     return bundle.final, derived, rejects, phases

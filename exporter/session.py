@@ -9,6 +9,7 @@ running and of writing their bundle (:meth:`Session.write_trace_bundle`).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import os
 import socket
@@ -29,7 +30,14 @@ from exporter.bus import Bus, BusConfig
 from exporter.natsserver import EmbeddedNats, vm_hwm
 from exporter.phases import Phases
 from exporter.pipeline import Pipeline
-from exporter.sinks.bundle import BundleSink, derived_metrics, env_info, finish, write_json
+from exporter.sinks.bundle import (
+    FILES,
+    SPOOLED,
+    BundleSink,
+    derived_metrics,
+    env_info,
+    write_json,
+)
 from stream_analytics.consumer import AnalyticsConsumer
 
 log = logging.getLogger(__name__)
@@ -91,8 +99,10 @@ def _peak_rss(server: EmbeddedNats | None) -> dict[str, int | None]:
     own = vm_hwm(os.getpid())
     if own is None:
         own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"self": own,
-            "nats_server": server.peak_rss_bytes if server is not None else None}
+    nats = None
+    if server is not None:  # still running: its high-water mark so far
+        nats = vm_hwm(server.proc.pid) if server.proc is not None else server.peak_rss_bytes
+    return {"self": own, "nats_server": nats}
 
 
 def new_session_id() -> str:
@@ -223,12 +233,7 @@ class Session:
         ``bus_cfg.outbox_drain_timeout_s``); what it could not is counted as
         ``undelivered_at_exit`` in :meth:`loss`.
         """
-        with self.phases.time("bus"):
-            left = await self.bus.flush_outbox()
-        if left:
-            log.warning("outbox: %d messages still held after %.0f s; the bus is not back",
-                        left, self.bus_cfg.outbox_drain_timeout_s)
-            self.bus.outbox.clear("undelivered_at_exit")
+        await self._flush_outbox()
         # everything is published and stored: the two readers drain side by
         # side (the consumer folds in a worker thread while the sink decodes),
         # then the sink reads the results the consumer published last
@@ -236,6 +241,14 @@ class Session:
                         self._timed_read("bundle", self.sink.drain(caught_up=True)))
         with self.phases.time("bundle"):
             await self.sink.drain(caught_up=True)
+
+    async def _flush_outbox(self) -> None:
+        with self.phases.time("bus"):
+            left = await self.bus.flush_outbox()
+        if left:
+            log.warning("outbox: %d messages still held after %.0f s; the bus is not back",
+                        left, self.bus_cfg.outbox_drain_timeout_s)
+            self.bus.outbox.clear("undelivered_at_exit")
 
     async def _timed_read(self, phase: str, read: Awaitable[None]) -> None:
         with self.phases.time(phase):
@@ -253,6 +266,7 @@ class Session:
         it = iter(emits)
         task = self.progress.add_task("replay rows", total=None) if self.progress else None
         rows = published = 0
+        self.consumer.hold_results = True  # until the drain has read it all
         async with _Readers(self) as readers:
             async for emit in _timed(it, self.phases, "parse"):
                 batch = transform(emit) if transform is not None else emit.batch
@@ -309,34 +323,67 @@ class Session:
             last[(r["host"], r["pid"], r["model"])] = r
         return sorted(last.values(), key=lambda r: -int(r["kernel_spans_total"]))
 
-    def write_trace_bundle(self, out: Path, info: dict[str, Any], rejects: Rejects,
-                           hip_api: pa.Table | None = None) -> dict[str, Any]:
-        """Bundle of a session without a model (GPU traces): returns derived metrics.
+    async def write_trace_bundle(self, out: Path, info: dict[str, Any], rejects: Rejects,
+                                 hip_api: pa.Table | None = None) -> dict[str, Any]:
+        """Drain (as :meth:`drain`), then write the bundle of a session without
+        a model (GPU traces) into ``out``; returns derived metrics. Call it
+        once everything is published, before :meth:`close`.
 
+        The trace's kernel slices and the kernel statistics
+        (:func:`~exporter.sinks.bundle.write_kernel_outputs`) are written in
+        a worker thread as soon as the bundle sink has read every input,
+        while the analytics consumer still settles its held kernels; the
+        trace's analytics counters, written last, wait for its final results.
         ``derived_metrics.json`` describes the key with the most kernel spans
         and lists every key under ``keys``; ``session.json`` has ``timings_s``,
-        the seconds per phase so far (:class:`exporter.phases.Phases`).
+        the seconds per phase so far (:class:`exporter.phases.Phases`; here
+        ``trace`` overlaps ``analytics``). An exception of either side is
+        raised once both have stopped.
         """
+        from exporter.sinks.bundle import finish_verdict, write_kernel_outputs
+
         out.mkdir(parents=True, exist_ok=True)
         ph = self.phases
+        await self._flush_outbox()
+        settle = asyncio.ensure_future(
+            self._timed_read("analytics", self.consumer.drain(caught_up=True)))
+        results: concurrent.futures.Future[pa.Table] = concurrent.futures.Future()
+        trace: asyncio.Future[None] | None = None
+        task = None
+        if self.progress is not None:
+            task = self.progress.add_task("trace.pftrace", total=self.sink.rows["kernel_span"])
+
+        def advance(rows: int) -> None:
+            if self.progress is not None and task is not None:
+                self.progress.update(task, completed=rows)
+
+        try:
+            await self._timed_read("bundle", self.sink.drain(caught_up=True))  # every input
+            with ph.time("bundle"):
+                counts = self.sink.write(out, only=SPOOLED)
+            trace = asyncio.ensure_future(asyncio.to_thread(
+                write_kernel_outputs, out, self.sink, results.result, hip_api, ph.time, advance))
+            await settle
+            with ph.time("bundle"):
+                await self.sink.drain(caught_up=True)  # the consumer's last results
+            results.set_result(self.sink.table("analytics_result"))
+            await trace
+        except BaseException:
+            results.cancel()  # a trace waiting for the results stops
+            settle.cancel()
+            await asyncio.gather(settle, *([trace] if trace is not None else []),
+                                 return_exceptions=True)
+            raise
         with ph.time("bundle"):
-            counts = self.sink.write(out)
+            counts |= self.sink.write(out, only=set(FILES) - SPOOLED)
             keys = self.final_results()
             derived = derived_metrics(keys[0]) if keys else derived_metrics({})
             derived["kernel_count_total"] = sum(int(r["kernel_spans_total"]) for r in keys)
             derived["keys"] = [derived_metrics(r) | {"pid": r["pid"], "model": r["model"]}
                                for r in keys]
             write_json(out / "metrics/derived_metrics.json", derived)
-        task = None
-        if self.progress is not None:
-            task = self.progress.add_task("trace.pftrace", total=counts.get("kernel_span", 0))
-
-        def advance(rows: int) -> None:
-            if self.progress is not None and task is not None:
-                self.progress.update(task, completed=rows)
-
-        derived["bottleneck"] = finish(out, self.sink, keys[0] if keys else None,
-                                       hip_api, timer=ph.time, progress=advance).get("class")
+            derived["bottleneck"] = finish_verdict(out, self.sink,
+                                                   keys[0] if keys else None).get("class")
         self.sink.discard()
         with ph.time("bundle"):
             write_json(out / "rejects.json", {"dropped": rejects.counts, "notes": rejects.notes,

@@ -186,6 +186,12 @@ class AnalyticsConsumer:
         self._unacked: list[Any] = []  # fetched since the last checkpoint
         self._spans_waiting = False  # spans folded in since the last flush
         self._new: list[int] = []
+        self.hold_results = False
+        """While True, a flush acknowledges what was folded in but publishes no
+        results: they wait for the first flush after it is cleared (:meth:`drain`
+        clears it once caught up, before settling). A bounded session holds
+        them while it publishes, so its results do not depend on how its reads
+        interleaved with its publisher: one row per key, from all its input."""
         self._last_flush = 0.0
         self._last_commit = 0.0
         self._chain = b""  # digest of the flushes' sequence sets since the checkpoint
@@ -490,8 +496,8 @@ class AnalyticsConsumer:
         everything folded in since the last checkpoint."""
         self._spans_waiting = False
         self._inputs_since = None
-        new, self._new = self._new, []
-        if new:
+        if self._new and not self.hold_results:
+            new, self._new = self._new, []
             self.last_seq = max(self.last_seq, *new)
             await self._publish_results(new)
             self.generation += 1
@@ -630,6 +636,7 @@ class AnalyticsConsumer:
                 idle += 1
             else:
                 idle = 0
+        self.hold_results = False
         if self.engine.settle():
             await self._publish_results([])
             self.generation += 1

@@ -41,7 +41,7 @@ import sys
 import tempfile
 import weakref
 from collections import Counter, defaultdict, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -291,13 +291,16 @@ class BundleSink:
         for i in range(pf.metadata.num_row_groups):
             yield from pf.read_row_group(i).to_batches(max_chunksize=batch_rows)
 
-    def write(self, out: Path) -> dict[str, int]:
-        """Write every collected signal's Parquet file; returns row counts.
+    def write(self, out: Path, only: Collection[str] | None = None) -> dict[str, int]:
+        """Write every collected signal's Parquet file (``only``: these
+        signals); returns row counts.
 
         A spooled signal's file is moved into ``out`` (and read from there
         afterwards)."""
         counts: dict[str, int] = {}
         for signal, rel in FILES.items():
+            if only is not None and signal not in only:
+                continue
             path = out / rel
             if signal in SPOOLED:
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -337,21 +340,41 @@ def finish(out: Path, sink: BundleSink, key_row: dict[str, Any] | None,
     ``key_row`` is the session's final ANALYTICS_RESULT row (the key whose
     verdict goes into ``metrics/bottleneck.json``); ``hip_api`` the HIP API
     calls for the trace's API slices and launch flows
-    (:func:`collectors.rocprof.replay.hip_api_table`). Kernel spans are read
-    back once, in batches, never as one table (in a worker thread, two batches
-    ahead): each batch goes to the trace and to the kernel statistics (its
-    :func:`~stream_analytics.kernel_stats.kernel_stats`, merged when all are read).
-    ``timer(phase)`` (e.g. :meth:`exporter.phases.Phases.time`) times the
-    ``bundle`` and ``trace`` phases; ``progress(rows)`` is called as the
-    trace's kernel rows are written.
+    (:func:`collectors.rocprof.replay.hip_api_table`). The trace and the
+    kernel statistics are :func:`write_kernel_outputs`; ``timer(phase)``
+    (e.g. :meth:`exporter.phases.Phases.time`) times the ``bundle`` and
+    ``trace`` phases; ``progress(rows)`` is called as the trace's kernel
+    rows are written.
     """
+    write_kernel_outputs(out, sink, lambda: sink.table("analytics_result"), hip_api, timer,
+                         progress)
+    return finish_verdict(out, sink, key_row)
+
+
+def _phase(timer: Callable[[str], Any] | None, name: str) -> Any:
     from contextlib import nullcontext
 
+    return timer(name) if timer is not None else nullcontext()
+
+
+def write_kernel_outputs(out: Path, sink: BundleSink,
+                         analytics: Callable[[], pa.Table | None],
+                         hip_api: pa.Table | None = None,
+                         timer: Callable[[str], Any] | None = None,
+                         progress: Callable[[int], None] | None = None) -> None:
+    """``trace.pftrace`` and ``profiler/kernel_stats.parquet``.
+
+    Kernel spans are read back once, in batches, never as one table (in a
+    worker thread, two batches ahead): each batch goes to the trace and to
+    the kernel statistics (its
+    :func:`~stream_analytics.kernel_stats.kernel_stats`, merged when all
+    are read). ``analytics()`` returns the ANALYTICS_RESULT rows for the
+    trace's counters; it is called once the kernel slices are written, so a
+    caller may still be computing them (:meth:`exporter.session.Session.write_trace_bundle`).
+    Without the ``perfetto`` extra only the statistics are written (logged).
+    """
     from exporter.prefetch import prefetch
     from stream_analytics.kernel_stats import kernel_stats, merge_stats
-
-    def phase(name: str) -> Any:
-        return timer(name) if timer is not None else nullcontext()
 
     stats: list[pa.Table] = []  # kernel_stats of each batch, merged at the end
 
@@ -373,16 +396,23 @@ def finish(out: Path, sink: BundleSink, key_row: dict[str, Any] | None,
     else:
         from exporter.sinks.perfetto_trace import write_trace
 
-        with phase("trace"):
+        with _phase(timer, "trace"):
             write_trace(out / "trace.pftrace", batches,
                         sink.table("iteration_span"), sched=sink.table("sched_sample"),
-                        gauges=sink.table("gauge_sample"),
-                        analytics=sink.table("analytics_result"),
+                        gauges=sink.table("gauge_sample"), analytics=analytics,
                         hip_api=hip_api, progress=progress)
-    with phase("bundle"):
+    with _phase(timer, "bundle"):
         for _ in batches:  # what the trace did not read (none, or all without a trace)
             pass
         pq.write_table(merge_stats(stats), out / "profiler/kernel_stats.parquet")
+
+
+def finish_verdict(out: Path, sink: BundleSink, key_row: dict[str, Any] | None
+                   ) -> dict[str, Any]:
+    """``metrics/bottleneck.json`` (the verdict of ``key_row``'s key, the
+    session's final ANALYTICS_RESULT row) and, for generate spans of
+    processes the capture did not start, the ``llm/`` tables; returns the
+    ``bottleneck.json`` dict."""
     verdict: dict[str, Any] = {"class": None, "confidence": None}
     if key_row is not None:
         rows = [r for r in sink.table("bottleneck").to_pylist()

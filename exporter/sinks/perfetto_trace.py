@@ -591,7 +591,7 @@ def write_trace(
     iterations: pa.Table,
     sched: pa.Table | None = None,
     gauges: pa.Table | None = None,
-    analytics: pa.Table | None = None,
+    analytics: pa.Table | Callable[[], pa.Table | None] | None = None,
     hip_api: pa.Table | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> TraceStats:
@@ -600,7 +600,9 @@ def write_trace(
     ``kernels``: a ``KERNEL_SPAN`` table or record batches of it (read once,
     in order; e.g. ``ParquetFile.iter_batches``); ``iterations``:
     ``ITERATION_SPAN``; ``sched``: ``SCHED_SAMPLE``; ``gauges``:
-    ``GAUGE_SAMPLE``; ``analytics``: ``ANALYTICS_RESULT``; ``hip_api``:
+    ``GAUGE_SAMPLE``; ``analytics``: ``ANALYTICS_RESULT``, or a function
+    returning it, called once the kernels are written (their counters come
+    last, so results still being computed may be waited for); ``hip_api``:
     columns ``start_ns, end_ns, pid, tid, correlation_id`` (int64) and
     ``function`` (string). All times int64 ns. Memory grows (as numpy columns) with the
     iterations, CPU kernels, HIP API rows and samples, not with the GPU
@@ -639,7 +641,7 @@ def write_trace(
             if progress is not None:
                 progress(nk)
         _held(b, iterations, cpu_parts, hip_api, flows)
-        _counters(b, sched, gauges, analytics)
+        _counters(b, sched, gauges, analytics() if callable(analytics) else analytics)
         b.flush()
         b.settle()
     return TraceStats(

@@ -78,11 +78,14 @@ def test_publisher_stays_within_max_lag_of_both_readers(
         nats_server: EmbeddedNats, monkeypatch: pytest.MonkeyPatch) -> None:
     """Whenever the publisher asks the parser for its next batch, each reader
     has taken all but at most MAX_LAG of the messages published (one per
-    batch here); every row reaches the bundle and the analytics."""
+    batch here); every row reaches the bundle and the analytics, whose
+    results are published once, from all of it (the consumer holds them
+    while the session publishes: their count does not depend on how the
+    reads interleaved with the publisher)."""
     monkeypatch.setattr(session_mod, "MAX_LAG", 2)
     worst: list[int] = []
 
-    async def go() -> tuple[int, int, int]:
+    async def go() -> tuple[int, int, int, int]:
         s = await Session.open("replay", BusConfig(url=nats_server.url))
 
         def parser() -> Iterator[Emit]:
@@ -98,11 +101,13 @@ def test_publisher_stays_within_max_lag_of_both_readers(
         finally:
             await s.close()
         return rows, s.sink.rows["kernel_span"], sum(
-            int(r["kernel_spans_total"]) for r in s.final_results())
+            int(r["kernel_spans_total"]) for r in s.final_results()), s.sink.table(
+            "analytics_result").num_rows
 
-    rows, spooled, analysed = asyncio.run(go())
+    rows, spooled, analysed, results = asyncio.run(go())
     assert len(worst) == 29 and max(worst) <= 2
     assert rows == spooled == analysed == 50 * 30
+    assert results == 1
 
 
 def _readers(sink_step: object, consumer_step: object) -> _Readers:

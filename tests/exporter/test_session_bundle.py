@@ -1,0 +1,93 @@
+"""Session.write_trace_bundle drains and writes the bundle: the trace's
+kernel slices are written while the analytics consumer settles, its counters
+wait for the final results, and a failure on either side is raised."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from collectors.base import Emit
+from collectors.rocprof.rejects import Rejects
+from exporter.bus import BusConfig
+from exporter.natsserver import EmbeddedNats
+from exporter.schema import KERNEL_SPAN
+from exporter.session import Session
+from exporter.sinks import bundle as bundle_mod
+
+
+def _kernels(n: int) -> pa.Table:
+    cols = {f.name: pa.nulls(n, f.type) for f in KERNEL_SPAN}
+    cols |= {"start_ns": pa.array(range(0, 10 * n, 10), pa.int64()),
+             "end_ns": pa.array(range(5, 10 * n + 5, 10), pa.int64()),
+             "duration_ns": pa.array([5] * n, pa.int64()),
+             "pid": pa.array([42] * n, pa.int64()),
+             "agent_id": pa.array([1] * n, pa.int64()),
+             "queue_id": pa.array([0] * n, pa.int64()),
+             "source": pa.array(["rocprofv3"] * n).dictionary_encode(),
+             "device_type": pa.array(["gpu"] * n).dictionary_encode(),
+             "kernel_family": pa.array(["gemm"] * n).dictionary_encode(),
+             "kernel_name": pa.array(["k"] * n).dictionary_encode()}
+    return pa.table(cols).cast(KERNEL_SPAN)
+
+
+async def _bundle(url: str, out: Path, drain: Any = None) -> dict[str, Any]:
+    s = await Session.open("replay", BusConfig(url=url))
+    try:
+        await s.publish(iter([Emit("kernel_span", _kernels(500), "k")]))
+        if drain is not None:
+            real = s.consumer.drain
+            s.consumer.drain = lambda **kw: drain(real, **kw)  # type: ignore[method-assign]
+        return await asyncio.wait_for(
+            s.write_trace_bundle(out, {"kind": "test"}, Rejects()), timeout=120)
+    finally:
+        await s.close()
+        s.sink.discard()
+
+
+def test_the_trace_starts_while_analytics_settles(
+        nats_server: EmbeddedNats, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The analytics consumer's drain (its settle) here waits until the trace
+    has started: with the trace written after the drain, as before, it would
+    wait in vain. The trace's counters still get the final results."""
+    started = threading.Event()
+    seen: list[int] = []
+    real_write = bundle_mod.write_kernel_outputs
+
+    def write(*a: Any, **kw: Any) -> None:
+        started.set()
+        analytics = a[2]
+        real_write(*a[:2], lambda: _keep(analytics()), *a[3:], **kw)
+
+    def _keep(t: pa.Table | None) -> pa.Table | None:
+        seen.append(0 if t is None else t.num_rows)
+        return t
+
+    async def drain(real: Any, **kw: Any) -> None:
+        assert await asyncio.to_thread(started.wait, 60), "the trace did not start"
+        await real(**kw)
+
+    monkeypatch.setattr(bundle_mod, "write_kernel_outputs", write)
+    derived = asyncio.run(_bundle(nats_server.url, tmp_path / "b", drain))
+    assert derived["kernel_count_total"] == 500
+    assert seen == [1]  # the counters got the one final result row
+    assert (tmp_path / "b/trace.pftrace").stat().st_size > 0
+
+
+def test_a_failed_settle_is_raised_and_stops_the_trace(
+        nats_server: EmbeddedNats, tmp_path: Path) -> None:
+    """The analytics consumer's drain fails after the trace has started: the
+    trace, waiting for the final results, stops, and the drain's error is
+    raised (not a hang, not the trace's own error)."""
+
+    async def drain(real: Any, **kw: Any) -> None:
+        await asyncio.sleep(0.2)
+        raise RuntimeError("settle failed")
+
+    with pytest.raises(RuntimeError, match="settle failed"):
+        asyncio.run(_bundle(nats_server.url, tmp_path / "b", drain))
