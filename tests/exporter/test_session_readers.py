@@ -41,19 +41,22 @@ def _emits(n: int) -> Iterator[Emit]:
 
 
 def test_readers_take_messages_while_the_parser_is_still_producing(
-        nats_server: EmbeddedNats) -> None:
-    """The parser (here: an iterator that, after its first batch, waits for
-    both readers to have taken it) runs in a worker thread while the event
-    loop keeps the readers fetching, with no lag limit forcing them: the
-    publisher is not stopped to let them catch up. Before, readers only read
-    once 128 messages were behind, and this parser waited in vain."""
+        nats_server: EmbeddedNats, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parser (here: an iterator that, after READ_BEHIND + READ_BATCH
+    batches, waits for both readers to have taken one) runs in a worker thread while the
+    event loop keeps the readers fetching, with no lag limit forcing them:
+    the publisher is not stopped to let them catch up. Before, readers only
+    read once 128 messages were behind, and this parser waited in vain."""
+    monkeypatch.setattr(session_mod, "READ_BEHIND", 1)
+    first = 1 + session_mod.READ_BATCH  # a full fetch then leaves the readers 1 behind
 
     async def go() -> tuple[bool, int, int]:
         s = await Session.open("replay", BusConfig(url=nats_server.url))
         seen_in_time = threading.Event()
 
         def parser() -> Iterator[Emit]:
-            yield Emit("kernel_span", _kernels(50, 10**6), "first")
+            for i in range(first):
+                yield Emit("kernel_span", _kernels(50, 10**6 * (i + 1)), f"first{i}")
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
                 if s.sink.rows["kernel_span"] and s.consumer.received["kernel_span"]:
@@ -71,14 +74,16 @@ def test_readers_take_messages_while_the_parser_is_still_producing(
 
     seen, rows, spooled = asyncio.run(go())
     assert seen
-    assert rows == spooled == 50 * 6
+    assert rows == spooled == 50 * (first + 5)
 
 
 def test_publisher_stays_within_max_lag_of_both_readers(
         nats_server: EmbeddedNats, monkeypatch: pytest.MonkeyPatch) -> None:
     """Whenever the publisher asks the parser for its next batch, each reader
     has taken all but at most MAX_LAG of the messages published (one per
-    batch here); every row reaches the bundle and the analytics, whose
+    batch here; the readers' READ_BEHIND, 64, is cut to MAX_LAG, else the
+    two would wait for each other); every row reaches the bundle and the
+    analytics, whose
     results are published once, from all of it (the consumer holds them
     while the session publishes: their count does not depend on how the
     reads interleaved with the publisher)."""
@@ -111,9 +116,12 @@ def test_publisher_stays_within_max_lag_of_both_readers(
 
 
 def _readers(sink_step: object, consumer_step: object) -> _Readers:
+    """Readers over fake steps, with the publisher far ahead (READ_BEHIND met)."""
     s = SimpleNamespace(phases=Phases(), sink=SimpleNamespace(step=sink_step),
                         consumer=SimpleNamespace(step=consumer_step))
-    return _Readers(s)  # type: ignore[arg-type]
+    r = _Readers(s)  # type: ignore[arg-type]
+    r.published = 10**9
+    return r
 
 
 def test_a_readers_exception_is_raised_to_the_publisher() -> None:
@@ -193,3 +201,35 @@ def test_keep_up_gives_up_on_a_reader_that_fetches_nothing(
     empties, read = asyncio.run(go())
     assert empties >= 5
     assert read >= 90
+
+
+def test_readers_stay_read_behind_messages_behind_the_publisher(
+        nats_server: EmbeddedNats, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the session publishes, neither reader takes a message that is
+    fewer than READ_BEHIND messages behind the publisher (the embedded
+    nats-server's memory grew with the input when they read at the head);
+    the drain reads the rest, and every row arrives."""
+    monkeypatch.setattr(session_mod, "READ_BEHIND", 5)
+    closest: list[int] = []
+
+    async def go() -> tuple[int, int]:
+        s = await Session.open("replay", BusConfig(url=nats_server.url))
+
+        def parser() -> Iterator[Emit]:
+            for i, e in enumerate(_emits(40)):
+                if i:
+                    closest.append(min(i - s.sink.rows["kernel_span"] // 50,
+                                       i - s.consumer.received["kernel_span"], 5) - min(i, 5))
+                yield e
+
+        try:
+            rows = await s.publish(parser())
+            during = s.sink.rows["kernel_span"] // 50
+            await s.drain()
+        finally:
+            await s.close()
+        return during, rows - s.sink.rows["kernel_span"]
+
+    during, missing = asyncio.run(go())
+    assert min(closest) == 0  # behind by at least 5, or by all i published
+    assert during > 0 and missing == 0
