@@ -111,3 +111,25 @@ def uncatalogued(samples: dict[str, list[tuple[dict[str, str], float]]]) -> list
                 bad.append(f"{name}{sorted(set(labels) - allowed)}")
                 break
     return bad
+
+
+def synthetic_kernel_spans(n: int, t0: int = 0, step: int = 1, duration: int = 1,
+                           **cols: Any) -> Any:
+    """``n`` synthetic GPU kernel spans (a ``KERNEL_SPAN`` table): start
+    ``t0 + i * step`` ns, ``duration`` ns long, pid 42, agent 1, queue 0,
+    source rocprofv3, family gemm, name ``k``; ``cols`` (name -> values)
+    replace columns."""
+    import pyarrow as pa
+
+    from exporter.schema import KERNEL_SPAN
+
+    start = [t0 + i * step for i in range(n)]
+    base: dict[str, Any] = {f.name: pa.nulls(n, f.type) for f in KERNEL_SPAN}
+    base |= {"start_ns": start, "end_ns": [s + duration for s in start],
+             "duration_ns": [duration] * n, "pid": [42] * n, "agent_id": [1] * n,
+             "queue_id": [0] * n, "source": ["rocprofv3"] * n, "device_type": ["gpu"] * n,
+             "kernel_family": ["gemm"] * n, "kernel_name": ["k"] * n}
+    base |= cols
+    arrays = {k: v if isinstance(v, pa.Array) else pa.array(v, KERNEL_SPAN.field(k).type)
+              for k, v in base.items()}
+    return pa.table(arrays).cast(KERNEL_SPAN)

@@ -16,24 +16,13 @@ from collectors.base import Emit
 from collectors.rocprof.rejects import Rejects
 from exporter.bus import BusConfig
 from exporter.natsserver import EmbeddedNats
-from exporter.schema import KERNEL_SPAN
 from exporter.session import Session
 from exporter.sinks import bundle as bundle_mod
+from tests.support import synthetic_kernel_spans
 
 
 def _kernels(n: int) -> pa.Table:
-    cols = {f.name: pa.nulls(n, f.type) for f in KERNEL_SPAN}
-    cols |= {"start_ns": pa.array(range(0, 10 * n, 10), pa.int64()),
-             "end_ns": pa.array(range(5, 10 * n + 5, 10), pa.int64()),
-             "duration_ns": pa.array([5] * n, pa.int64()),
-             "pid": pa.array([42] * n, pa.int64()),
-             "agent_id": pa.array([1] * n, pa.int64()),
-             "queue_id": pa.array([0] * n, pa.int64()),
-             "source": pa.array(["rocprofv3"] * n).dictionary_encode(),
-             "device_type": pa.array(["gpu"] * n).dictionary_encode(),
-             "kernel_family": pa.array(["gemm"] * n).dictionary_encode(),
-             "kernel_name": pa.array(["k"] * n).dictionary_encode()}
-    return pa.table(cols).cast(KERNEL_SPAN)
+    return synthetic_kernel_spans(n, step=10, duration=5)
 
 
 async def _bundle(url: str, out: Path, drain: Any = None) -> dict[str, Any]:

@@ -18,21 +18,12 @@ from exporter import session as session_mod
 from exporter.bus import BusConfig
 from exporter.natsserver import EmbeddedNats
 from exporter.phases import Phases
-from exporter.schema import KERNEL_SPAN
 from exporter.session import Session, _Readers
+from tests.support import synthetic_kernel_spans
 
 
 def _kernels(n: int, t0: int) -> pa.Table:
-    cols = {f.name: pa.nulls(n, f.type) for f in KERNEL_SPAN}
-    cols |= {"start_ns": pa.array(range(t0, t0 + n), pa.int64()),
-             "end_ns": pa.array(range(t0 + 1, t0 + n + 1), pa.int64()),
-             "duration_ns": pa.array([1] * n, pa.int64()),
-             "pid": pa.array([42] * n, pa.int64()),
-             "source": pa.array(["rocprofv3"] * n).dictionary_encode(),
-             "device_type": pa.array(["gpu"] * n).dictionary_encode(),
-             "kernel_family": pa.array(["gemm"] * n).dictionary_encode(),
-             "kernel_name": pa.array([f"k{i % 7}" for i in range(n)]).dictionary_encode()}
-    return pa.table(cols).cast(KERNEL_SPAN)
+    return synthetic_kernel_spans(n, t0, kernel_name=[f"k{i % 7}" for i in range(n)])
 
 
 def _emits(n: int) -> Iterator[Emit]:

@@ -11,22 +11,13 @@ import pytest
 
 from exporter.bus import Bus, BusConfig
 from exporter.natsserver import EmbeddedNats
-from exporter.schema import ITERATION_SPAN, KERNEL_SPAN
+from exporter.schema import ITERATION_SPAN
 from stream_analytics.consumer import AnalyticsConsumer
+from tests.support import synthetic_kernel_spans
 
 
 def _kernels(n: int, t0: int) -> pa.Table:
-    cols = {f.name: pa.nulls(n, f.type) for f in KERNEL_SPAN}
-    cols |= {"start_ns": pa.array(range(t0, t0 + n), pa.int64()),
-             "end_ns": pa.array(range(t0 + 1, t0 + n + 1), pa.int64()),
-             "duration_ns": pa.array([1] * n, pa.int64()),
-             "pid": pa.array([42] * n, pa.int64()),
-             "source": pa.array(["rocprofv3"] * n).dictionary_encode(),
-             "device_type": pa.array(["gpu"] * n).dictionary_encode(),
-             "kernel_family": pa.array(["gemm"] * n).dictionary_encode(),
-             "model": pa.array(["m"] * n).dictionary_encode(),
-             "kernel_name": pa.array(["k"] * n).dictionary_encode()}
-    return pa.table(cols).cast(KERNEL_SPAN)
+    return synthetic_kernel_spans(n, t0, model=["m"] * n)
 
 
 def _iteration(i: int, t0: int, t1: int) -> pa.Table:
