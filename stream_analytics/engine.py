@@ -68,16 +68,18 @@ KAR_SOURCES: dict[str, str] = {"ort": "ort_profiler", "instrument": "instrumente
 value): which iterations KAR and ``kernels_per_iteration`` count. Other span
 sources give a null ``kar_source``."""
 
+_DICT = pa.dictionary(pa.int32(), pa.string())
 _HELD = pa.schema([
     pa.field("start_ns", pa.int64()), pa.field("end_ns", pa.int64()),
-    pa.field("pid", pa.int64()), pa.field("model", pa.string()),
-    pa.field("kernel_family", pa.string()), pa.field("launch_api_ns", pa.int64()),
+    pa.field("pid", pa.int64()), pa.field("model", _DICT),
+    pa.field("kernel_family", _DICT), pa.field("launch_api_ns", pa.int64()),
     pa.field("launch_delay_ns", pa.int64()), pa.field("t_ns", pa.int64()),
     pa.field("arrived_ns", pa.int64()),
 ])
 """Columns of a held (not yet attributed) kernel: ``t_ns`` is the join time
 (launch call start, else kernel start), ``arrived_ns`` the wall clock when the
-engine received it."""
+engine received it; ``model`` and ``kernel_family`` stay dictionary-encoded
+(no string per held kernel)."""
 
 
 @dataclass
@@ -177,6 +179,8 @@ class PidJoin:
         j = cls(s_, e_, it_, mc_, models=[str(m) for m in d["models"]],
                 watermark=int(d["watermark"]), seen_ns=time.time_ns())
         j.held = _from_b64(d["held"]) if d.get("held") else None
+        if j.held is not None and j.held.schema != _HELD:  # a checkpoint of plain strings
+            j.held = j.held.cast(_HELD)
         return j
 
 
@@ -246,6 +250,18 @@ def _col(t: pa.Table, name: str, default: Any, n: int) -> pa.Array:
             c = c.cast(c.type.value_type)
         return c.fill_null(default) if default is not None else c
     return pa.repeat(pa.scalar(default), n) if default is not None else pa.nulls(n)
+
+
+def _dict_col(t: pa.Table, name: str, default: str, n: int) -> pa.Array:
+    """String or dictionary column ``name`` as ``dictionary<int32, string>``,
+    nulls (and a missing column) as ``default``. A dictionary column without
+    nulls is kept as it is: no string per row."""
+    if name in t.column_names:
+        c = t.column(name).combine_chunks()
+        if pa.types.is_dictionary(c.type) and not c.null_count \
+                and not c.dictionary.null_count:
+            return c if c.type == _DICT else c.cast(_DICT)
+    return pc.dictionary_encode(_col(t, name, default, n).cast(pa.string())).cast(_DICT)
 
 
 def _busy_union(
@@ -463,8 +479,8 @@ class Analytics:
         now = time.time_ns()
         cols = pa.table({
             "start_ns": _col(held, "start_ns", 0, m), "end_ns": _col(held, "end_ns", 0, m),
-            "pid": _col(held, "pid", -1, m), "model": _col(held, "model", "", m).cast(pa.string()),
-            "kernel_family": _col(held, "kernel_family", "other", m).cast(pa.string()),
+            "pid": _col(held, "pid", -1, m), "model": _dict_col(held, "model", "", m),
+            "kernel_family": _dict_col(held, "kernel_family", "other", m),
             "launch_api_ns": _col(held, "launch_api_ns", None, m).cast(pa.int64()),
             "launch_delay_ns": _col(held, "launch_delay_ns", None, m).cast(pa.int64()),
             "t_ns": kernel_join_time(held), "arrived_ns": np.full(m, now, np.int64),
@@ -533,8 +549,10 @@ class Analytics:
             pa.array(j.models or [""])).cast(pa.string())
         single = j.single_model()
         fallback = out["model"] if single is None else pa.repeat(pa.scalar(single), len(pos))
-        mask = pa.array(hit_out)
-        model = pc.if_else(mask, span_model, fallback)
+        if not hit_out.any():  # none attributed (GPU traces): no string per kernel
+            model = fallback
+        else:
+            model = pc.if_else(pa.array(hit_out), span_model, fallback.cast(pa.string()))
         iteration = pa.array(j.it[pos] if len(j.it) else np.zeros(len(pos), np.int64),
                              mask=~hit_out)
         return [out.drop_columns(["model", "t_ns", "arrived_ns"]).append_column(
