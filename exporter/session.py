@@ -271,6 +271,15 @@ class Session:
                         left, self.bus_cfg.outbox_drain_timeout_s)
             self.bus.outbox.clear("undelivered_at_exit")
 
+    def _trace_progress(self, rows: int) -> Callable[[int], None]:
+        """A ``trace.pftrace`` bar of ``rows`` kernel rows (when the session
+        shows progress); returns the function that moves it to a row count."""
+        progress = self.progress
+        if progress is None:
+            return lambda _: None
+        task = progress.add_task("trace.pftrace", total=rows)
+        return lambda done: progress.update(task, completed=done)
+
     async def _timed_read(self, phase: str, read: Awaitable[None]) -> None:
         with self.phases.time(phase):
             await read
@@ -370,18 +379,11 @@ class Session:
             self._timed_read("analytics", self.consumer.drain(caught_up=True)))
         results: concurrent.futures.Future[pa.Table] = concurrent.futures.Future()
         trace: asyncio.Future[None] | None = None
-        task = None
-        if self.progress is not None:
-            task = self.progress.add_task("trace.pftrace", total=self.sink.rows["kernel_span"])
-
-        def advance(rows: int) -> None:
-            if self.progress is not None and task is not None:
-                self.progress.update(task, completed=rows)
-
         try:
             await self._timed_read("bundle", self.sink.drain(caught_up=True))  # every input
             with ph.time("bundle"):
                 counts = self.sink.write(out, only=SPOOLED)
+            advance = self._trace_progress(counts.get("kernel_span", 0))
             trace = asyncio.ensure_future(asyncio.to_thread(
                 write_kernel_outputs, out, self.sink, results.result, hip_api, ph.time, advance))
             await settle

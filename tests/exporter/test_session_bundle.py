@@ -5,12 +5,15 @@ wait for the final results, and a failure on either side is raised."""
 from __future__ import annotations
 
 import asyncio
+import io
 import threading
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
+from rich.console import Console
+from rich.progress import Progress
 
 from collectors.base import Emit
 from collectors.rocprof.rejects import Rejects
@@ -25,8 +28,10 @@ def _kernels(n: int) -> pa.Table:
     return synthetic_kernel_spans(n, step=10, duration=5)
 
 
-async def _bundle(url: str, out: Path, drain: Any = None) -> dict[str, Any]:
+async def _bundle(url: str, out: Path, drain: Any = None,
+                  progress: Progress | None = None) -> dict[str, Any]:
     s = await Session.open("replay", BusConfig(url=url))
+    s.progress = progress
     try:
         await s.publish(iter([Emit("kernel_span", _kernels(500), "k")]))
         if drain is not None:
@@ -80,3 +85,14 @@ def test_a_failed_settle_is_raised_and_stops_the_trace(
 
     with pytest.raises(RuntimeError, match="settle failed"):
         asyncio.run(_bundle(nats_server.url, tmp_path / "b", drain))
+
+
+def test_the_trace_bar_counts_every_kernel_row(nats_server: EmbeddedNats,
+                                               tmp_path: Path) -> None:
+    """The ``trace.pftrace`` progress bar's total is the session's kernel rows
+    (known once the bundle sink has read every input; it showed a quarter of
+    them when taken earlier) and it ends complete."""
+    progress = Progress(console=Console(file=io.StringIO(), force_terminal=True))
+    asyncio.run(_bundle(nats_server.url, tmp_path / "b", progress=progress))
+    bars = {t.description: t for t in progress.tasks}
+    assert (bars["trace.pftrace"].total, bars["trace.pftrace"].completed) == (500, 500)
