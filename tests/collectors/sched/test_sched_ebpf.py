@@ -205,7 +205,8 @@ def test_fault_counter_counts_page_faults_of_a_touching_process():
 def test_watched_pid_exiting_mid_interval_is_reported_then_forgotten(hogs):
     """A watched process that exits mid-interval: the collect after its exit
     still reports the time it ran in that interval (with the one before, at
-    least the 300 ms of CPU its busy loop had used when it said so), the one
+    least the 300 ms of CPU its busy loop had used when it said so, unless
+    the probe counted a slice it did not see begin: ``unseen_switch_in``), the one
     after has no rows for it, and nothing raises (errors stays 0). The child
     spins from a first stdin line until a second one, and says on stdout once
     it has used 300 ms of CPU (its own process_time, whatever the machine's
@@ -232,7 +233,11 @@ def test_watched_pid_exiting_mid_interval_is_reported_then_forgotten(hogs):
         got = [r for e in c.collect() for r in e.batch.to_pylist() if r["pid"] == short.pid]
         assert mid and got, (mid, got)
         ran = sum(r["run_ns"] for r in mid + got)
-        assert ran >= 290_000_000, (mid, got)  # 300 ms of CPU, less clock granularity
+        unseen = c.drops().get("unseen_switch_in", 0)
+        # 300 ms of CPU, less clock granularity; less only with a slice whose
+        # switch-in the probe did not see, a loss it counts (Firecracker VMs
+        # fire no sched_switch for some switch-ins: SchedCollector.drops)
+        assert ran >= 290_000_000 or unseen, (mid, got, unseen)
         again = [r for e in c.collect() for r in e.batch.to_pylist() if r["pid"] == short.pid]
         assert again == []
         ctx.pids.discard(short.pid)
