@@ -1,4 +1,4 @@
-"""glibc ``malloc`` settings for the batch commands (``replay``, ``capture``).
+"""glibc ``malloc`` settings for a bulk job (``replay``).
 
 A replay makes and frees numpy arrays for every batch it parses, folds and
 encodes (hundreds of KB to a few MB each). With glibc's defaults, memory
@@ -12,8 +12,9 @@ beyond 512 MiB (``M_TRIM_THRESHOLD``) cut that to about 90,000 faults and
 0.7-1.1 s, for 30-120 MiB more peak RSS (``benchmarks/README.md``, replay
 round 4).
 
-Only the batch commands call :func:`tune_for_batch`: the daemon keeps glibc's
-defaults, where RSS matters more than a bulk job's system time. Nothing is
+Only ``replay`` calls :func:`tune_for_batch`: the daemon keeps glibc's
+defaults, where RSS matters more than a bulk job's system time, and so does
+``capture``, whose process also runs the workload it measures. Nothing is
 changed when the C library has no ``mallopt`` (musl), or when the user set
 any of glibc's ``MALLOC_*`` variables or ``GLIBC_TUNABLES`` in the
 environment (theirs win).
@@ -33,7 +34,6 @@ SETTINGS = ((M_MMAP_THRESHOLD, 32 << 20), (M_TOP_PAD, 64 << 20),
             (M_TRIM_THRESHOLD, 512 << 20))
 """``(parameter, bytes)`` applied by :func:`tune_for_batch`, in order (32 MiB:
 the ceiling of glibc's own dynamic mmap threshold on 64-bit)."""
-
 
 
 def tune_for_batch() -> bool:

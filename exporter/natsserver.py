@@ -167,11 +167,18 @@ class EmbeddedNats:
         except OSError:
             return "(no log)"
 
+    def peak_rss(self) -> int | None:
+        """The server's peak RSS so far (bytes): its ``VmHWM`` while it runs,
+        else :attr:`peak_rss_bytes` (read at :meth:`stop`)."""
+        if self.proc is not None and self.proc.poll() is None:
+            return vm_hwm(self.proc.pid) or self.peak_rss_bytes
+        return self.peak_rss_bytes
+
     def stop(self) -> None:
         """SIGTERM, wait up to 5 s, then SIGKILL; removes a temporary state dir.
         Records the server's peak RSS first (:attr:`peak_rss_bytes`)."""
         if self.proc is not None and self.proc.poll() is None:
-            self.peak_rss_bytes = vm_hwm(self.proc.pid) or self.peak_rss_bytes
+            self.peak_rss_bytes = self.peak_rss()
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(5)

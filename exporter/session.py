@@ -77,23 +77,11 @@ async def _timed(it: Iterator[Emit], phases: Phases, phase: str) -> AsyncIterato
         yield item
 
 
-async def _together(*reads: Awaitable[None]) -> None:
-    """Run ``reads`` side by side; when one raises, the others are cancelled
-    (and awaited) and its exception is raised as it is."""
-    tasks = [asyncio.ensure_future(r) for r in reads]
-    try:
-        await asyncio.gather(*tasks)
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-
 def _peak_rss(server: EmbeddedNats | None) -> dict[str, int | None]:
     """Peak RSS in bytes of this process (``self``) and of the embedded
     nats-server (``nats_server``; None with ``--nats URL``), each the
     process's own high-water mark, ``VmHWM`` of ``/proc/<pid>/status`` (the
-    server's read when it stopped).
+    server's so far: :meth:`exporter.natsserver.EmbeddedNats.peak_rss`).
 
     Not ``getrusage``: a process started with ``vfork`` + ``exec`` (every
     ``subprocess``) begins with ``RUSAGE_SELF``'s ``ru_maxrss`` at its
@@ -106,10 +94,7 @@ def _peak_rss(server: EmbeddedNats | None) -> dict[str, int | None]:
     own = vm_hwm(os.getpid())
     if own is None:
         own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    nats = None
-    if server is not None:  # still running: its high-water mark so far
-        nats = vm_hwm(server.proc.pid) if server.proc is not None else server.peak_rss_bytes
-    return {"self": own, "nats_server": nats}
+    return {"self": own, "nats_server": server.peak_rss() if server is not None else None}
 
 
 def new_session_id() -> str:
@@ -247,19 +232,30 @@ class Session:
         assert self.pipe.bus is not None
         return self.pipe.bus
 
-    async def drain(self) -> None:
+    async def drain(self, inputs_read: Callable[[], None] | None = None) -> None:
         """Let analytics and the bundle sink read everything published.
 
         First the outbox publishes what it held through an outage (at most
         ``bus_cfg.outbox_drain_timeout_s``); what it could not is counted as
-        ``undelivered_at_exit`` in :meth:`loss`.
+        ``undelivered_at_exit`` in :meth:`loss`. Then the two readers drain
+        side by side (the consumer folds in a worker thread while the sink
+        decodes); ``inputs_read()`` is called as soon as the bundle sink has
+        read every input, while the consumer may still be settling. Last the
+        sink reads the results the consumer published. When either reader
+        raises, the other is cancelled and the exception raised.
         """
         await self._flush_outbox()
-        # everything is published and stored: the two readers drain side by
-        # side (the consumer folds in a worker thread while the sink decodes),
-        # then the sink reads the results the consumer published last
-        await _together(self._timed_read("analytics", self.consumer.drain(caught_up=True)),
-                        self._timed_read("bundle", self.sink.drain(caught_up=True)))
+        settle = asyncio.ensure_future(
+            self._timed_read("analytics", self.consumer.drain(caught_up=True)))
+        try:
+            await self._timed_read("bundle", self.sink.drain(caught_up=True))
+            if inputs_read is not None:
+                inputs_read()
+            await settle
+        except BaseException:
+            settle.cancel()
+            await asyncio.gather(settle, return_exceptions=True)
+            raise
         with self.phases.time("bundle"):
             await self.sink.drain(caught_up=True)
 
@@ -374,28 +370,25 @@ class Session:
 
         out.mkdir(parents=True, exist_ok=True)
         ph = self.phases
-        await self._flush_outbox()
-        settle = asyncio.ensure_future(
-            self._timed_read("analytics", self.consumer.drain(caught_up=True)))
         results: concurrent.futures.Future[pa.Table] = concurrent.futures.Future()
-        trace: asyncio.Future[None] | None = None
-        try:
-            await self._timed_read("bundle", self.sink.drain(caught_up=True))  # every input
+        trace: list[asyncio.Future[None]] = []
+        counts: dict[str, int] = {}
+
+        def start_trace() -> None:  # every input is read: the kernel spool is complete
             with ph.time("bundle"):
-                counts = self.sink.write(out, only=SPOOLED)
+                counts.update(self.sink.write(out, only=SPOOLED))
             advance = self._trace_progress(counts.get("kernel_span", 0))
-            trace = asyncio.ensure_future(asyncio.to_thread(
-                write_kernel_outputs, out, self.sink, results.result, hip_api, ph.time, advance))
-            await settle
-            with ph.time("bundle"):
-                await self.sink.drain(caught_up=True)  # the consumer's last results
+            trace.append(asyncio.ensure_future(asyncio.to_thread(
+                write_kernel_outputs, out, self.sink, results.result, hip_api, ph.time,
+                advance)))
+
+        try:
+            await self.drain(start_trace)
             results.set_result(self.sink.table("analytics_result"))
-            await trace
+            await asyncio.gather(*trace)
         except BaseException:
             results.cancel()  # a trace waiting for the results stops
-            settle.cancel()
-            await asyncio.gather(settle, *([trace] if trace is not None else []),
-                                 return_exceptions=True)
+            await asyncio.gather(*trace, return_exceptions=True)
             raise
         with ph.time("bundle"):
             counts |= self.sink.write(out, only=set(FILES) - SPOOLED)

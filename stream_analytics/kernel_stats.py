@@ -42,22 +42,19 @@ def kernel_stats(table: pa.Table) -> pa.Table:
             raise KeyError(f"kernel_stats: column {c!r} missing")
     name = table["kernel_name"]
     dur = table["duration_ns"].cast(pa.int64())
-    values, key = None, name
     if pa.types.is_dictionary(name.type):
+        # Arrow groups a dictionary key by index (no string per row), with one
+        # dictionary for all chunks; one that repeats a value is grouped as strings
         name = name.unify_dictionaries() if isinstance(name, pa.ChunkedArray) else name
         chunks = name.chunks if isinstance(name, pa.ChunkedArray) else [name]
-        if chunks and pc.count_distinct(chunks[0].dictionary, mode="all").as_py() == len(
-                chunks[0].dictionary):  # grouped by index: no string per row
-            values = chunks[0].dictionary
-            key = pa.chunked_array([c.indices for c in chunks], chunks[0].indices.type)
-        else:  # no chunk, or a dictionary that repeats a value
-            key = name.cast(pa.string())
-    t = pa.table({"kernel_name": key, "d": dur}).filter(pc.is_valid(dur))
+        if not chunks or pc.count_distinct(chunks[0].dictionary, mode="all").as_py() < len(
+                chunks[0].dictionary):
+            name = name.cast(pa.string())
+    t = pa.table({"kernel_name": name, "d": dur}).filter(pc.is_valid(dur))
     g = t.group_by("kernel_name").aggregate(
         [("d", "count"), ("d", "sum"), ("d", "min"), ("d", "max")]
     )
-    names = g["kernel_name"] if values is None else values.cast(pa.string()).take(
-        g["kernel_name"])
+    names = g["kernel_name"].cast(pa.string())
     calls = g["d_count"].cast(pa.int64())
     total = g["d_sum"]
     out = pa.table(
