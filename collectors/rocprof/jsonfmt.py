@@ -136,7 +136,7 @@ def _emit(cols: dict[str, list[Any]], fmt: str, rejects: Rejects, file: str,
         t = t.append_column("model", pa.array([model] * t.num_rows, pa.string()))
     t = finish_spans(t, SOURCE[fmt], rejects, file=file)
     if launches is not None and len(launches):
-        t = launches.join(t)
+        t = launches.join(t, rejects, file)
     if t.num_rows:
         yield conform("kernel_span", t)
 

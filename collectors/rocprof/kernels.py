@@ -132,7 +132,7 @@ def iter_csv_kernel_spans(
     for raw in stream.batches():
         t = finish_spans(pa.Table.from_batches([raw]), SOURCE[fmt], rejects, stream, pid=pid)
         if launches is not None and "correlation_id" in t.column_names:
-            t = launches.join(t)
+            t = launches.join(t, rejects, stream.name)
         if t.num_rows:
             yield conform("kernel_span", t)
 

@@ -11,7 +11,13 @@ kernel's start minus the end of the launch call):
 
 Only calls in :data:`LAUNCH_FUNCTIONS` join. Within one launch table a
 correlation id must be unique: later duplicates are dropped as
-``duplicate_id``. Kernels without a matching call keep nulls.
+``duplicate_id``. Kernels without a matching call keep nulls, and so does a
+kernel whose matched call is implausible: one that starts more than
+:data:`MAX_LAUNCH_DELAY_NS` after the call returned, or that long before it
+(a call of another run or clock with the same correlation id, e.g. two files
+of different runs side by side; rocprofiler-sdk's documentation samples
+``kernel_trace.csv`` and ``hip_runtime_trace.csv`` pair correlation ids 4.1
+days apart). Such kernels are counted as the note ``launch_mismatch``.
 
 The join is columnar: the launch table is sorted once by correlation id
 (:class:`LaunchIndex`) and each kernel batch is matched with
@@ -65,6 +71,11 @@ API_COLUMNS = (
     Column("end_ns", ("End_Timestamp",), "int", required=True),
 )
 """rocprofv3 API trace columns (hip_api_trace, hip_trace, hsa, marker, rccl)."""
+
+MAX_LAUNCH_DELAY_NS = 600 * 10**9
+"""Largest ``|launch_delay_ns|`` taken as a kernel's own launch (10 min): a
+real launch delay is microseconds to seconds (negative only by clock
+calibration, microseconds)."""
 
 LAUNCH_SCHEMA = pa.schema(
     [
@@ -185,6 +196,8 @@ class LaunchIndex:
     """
 
     def __init__(self, launches: pa.Table | Iterable[pa.Table] = ()) -> None:
+        self.mismatched = 0
+        """Kernels whose matched call was implausible (see :meth:`join`)."""
         self._ids = np.empty(0, np.int64)
         self._start = np.empty(0, np.int64)
         self._end = np.empty(0, np.int64)
@@ -214,10 +227,15 @@ class LaunchIndex:
             self._start = self._start[-max_calls:]
             self._end = self._end[-max_calls:]
 
-    def join(self, batch: pa.Table) -> pa.Table:
+    def join(self, batch: pa.Table, rejects: Rejects | None = None,
+             where: str = "<kernels>") -> pa.Table:
         """``batch`` (needs ``start_ns``, ``correlation_id``) with
         ``launch_api_ns`` and ``launch_delay_ns`` set where a call matches
-        (existing non-null values are kept where none does)."""
+        (existing non-null values are kept where none does). A match whose
+        ``|launch_delay_ns|`` exceeds :data:`MAX_LAUNCH_DELAY_NS` is not
+        joined: counted in :attr:`mismatched` and, with ``rejects``, as the
+        note ``launch_mismatch`` (an example naming ``where`` and the
+        correlation id)."""
         n = batch.num_rows
         corr = batch["correlation_id"]
         if len(self._ids) == 0 or n == 0:
@@ -228,8 +246,20 @@ class LaunchIndex:
         pos_c = np.minimum(pos, len(self._ids) - 1)
         hit = (self._ids[pos_c] == c) & (c >= 0) if corr.null_count else self._ids[pos_c] == c
         start = np.asarray(batch["start_ns"].to_numpy(), dtype=np.int64)
+        gap = start - self._end[pos_c]
+        bad = hit & (np.abs(gap) > MAX_LAUNCH_DELAY_NS)
+        if bad.any():
+            hit &= ~bad
+            k = int(np.argmax(bad))
+            self.mismatched += int(bad.sum())
+            if rejects is not None:
+                rejects.add("launch_mismatch", where, None,
+                            f"correlation id {int(c[k])}: the kernel starts "
+                            f"{gap[k] / 1e9:,.0f} s from the end of its launch call "
+                            f"(over {MAX_LAUNCH_DELAY_NS // 10**9} s: a call of another run "
+                            f"or clock); not joined", n=int(bad.sum()))
         api = pa.array(self._end[pos_c] - self._start[pos_c], mask=~hit)
-        delay = pa.array(start - self._end[pos_c], mask=~hit)
+        delay = pa.array(gap, mask=~hit)
         for name, arr in (("launch_api_ns", api), ("launch_delay_ns", delay)):
             if name in batch.column_names:
                 arr = pc.coalesce(arr, batch[name].combine_chunks())

@@ -34,7 +34,7 @@ REASONS: frozenset[str] = frozenset(
 )
 """Reasons a row (or a whole file) is dropped."""
 
-NOTES: frozenset[str] = frozenset({"name_truncated", "not_utf8"})
+NOTES: frozenset[str] = frozenset({"name_truncated", "not_utf8", "launch_mismatch"})
 """Reasons a row is kept but modified (counted in :attr:`Rejects.notes`)."""
 
 MAX_EXAMPLES = 3

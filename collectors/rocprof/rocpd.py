@@ -352,7 +352,7 @@ def iter_kernel_spans(path: Path, rejects: Rejects, *, batch_rows: int = BATCH_R
                 t = finish_spans(t, "rocprofv3", rejects, file=name)
                 li = launches.get(pid) if pid is not None else None
                 if li is not None:
-                    t = li.join(t)
+                    t = li.join(t, rejects, name)
                 if t.num_rows:
                     yield conform("kernel_span", t)
     except _DB_ERRORS as e:
