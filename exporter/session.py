@@ -141,6 +141,9 @@ class _Readers:
         self._moved = asyncio.Event()
         self._published = asyncio.Event()
         self.published = 0
+        self.gate = min(READ_BEHIND + READ_BATCH, MAX_LAG)
+        """Messages ahead of a reader before it fetches: a full fetch leaves it
+        READ_BEHIND behind, and it never waits past MAX_LAG."""
         self._done = False
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -157,9 +160,7 @@ class _Readers:
         step, phase = self.steps[name]
         try:
             while not self._done:
-                # a full fetch leaves it READ_BEHIND behind (never waits past MAX_LAG)
-                gate = min(READ_BEHIND + READ_BATCH, MAX_LAG)
-                while not self._done and self.published - self.seen[name] < gate:
+                while not self._done and self.published - self.seen[name] < self.gate:
                     self._published.clear()
                     await self._published.wait()
                 if self._done:
