@@ -217,11 +217,14 @@ def format_summary(d: dict[str, Any]) -> str:
     def f(v: Any, spec: str) -> str:
         return "n/a" if v is None else format(v, spec)
 
+    def n(k: str) -> str:  # a count, unknown without its input (no graph: no nodes)
+        return "n/a" if d.get(k) is None else str(d[k])
+
     lat = d.get("latency_ms") or {}
     return "\n".join([
         f"KAR  (kernels/node)      {f(d.get('kar'), '.4f')}   "
-        f"({d.get('kernel_count')} kernels, {d.get('iterations')} iterations, "
-        f"{d.get('graph_node_count')} nodes)",
+        f"({n('kernel_count')} kernels, {n('iterations')} iterations, "
+        f"{n('graph_node_count')} nodes)",
         f"LTS  (launch tax)        {f(d.get('launch_tax'), '.4f')}",
         f"SII  (sched interference){f(d.get('sii'), '.4f'):>7}",
         f"active ratio             {f(d.get('gpu_active_ratio'), '.4f')}",

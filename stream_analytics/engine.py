@@ -798,12 +798,16 @@ class Analytics:
         row["window_start_ns"], row["window_end_ns"] = w0, w1
         kernel_ns = sum(r.kernel_ns for r in recs)
         busy = sum(r.busy_ns for r in recs)
+        # Launch overhead: the launch API calls joined to their kernels, else an
+        # iteration's wall time its kernels left idle; with neither (a GPU
+        # kernel trace alone) it is unknown, not 0 -- no LTS is reported.
+        overhead: int | None = None
         if any(r.launch_known for r in recs):
             overhead = sum(r.launch_ns for r in recs if r.launch_known)
-        else:
+        elif its:
             overhead = sum(max(0, r.duration_ns - r.busy_ns) for r in its)
         row["kernel_time_ns"], row["launch_overhead_ns"] = kernel_ns, overhead
-        row["launch_tax"] = overhead / kernel_ns if kernel_ns else None
+        row["launch_tax"] = overhead / kernel_ns if kernel_ns and overhead is not None else None
         if its:
             busy = sum(r.busy_ns for r in its)
             wall = sum(r.duration_ns for r in its)

@@ -53,3 +53,22 @@ def test_replay_quiet_prints_no_timings_and_keeps_stdout_for_scripts(
     assert r.returncode == 0, r.stderr
     assert "timings:" not in r.stderr and "replay rows" not in r.stderr
     assert Path(r.stdout.strip().splitlines()[-1]).is_dir()
+
+
+@pytest.mark.slow
+def test_replay_of_a_kernel_trace_alone_reports_launch_tax_as_unknown(
+        tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """The real kernel trace with no HIP API trace and no iterations: launch
+    overhead is unknown, so the summary prints `LTS ... n/a` (not 0.0000),
+    a missing graph's node count `n/a` (not None), and derived_metrics.json
+    holds null for both launch fields while kernel time and count are known."""
+    r = _replay(tmp_path / "out", cli_env, "--quiet")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    (lts,) = [x for x in lines if x.startswith("LTS")]
+    assert lts.split()[-1] == "n/a"
+    (kar,) = [x for x in lines if x.startswith("KAR")]
+    assert "(9 kernels, 0 iterations, n/a nodes)" in kar
+    d = json.loads((Path(lines[-1]) / "metrics/derived_metrics.json").read_text())
+    assert d["launch_tax"] is None and d["launch_overhead_ns"] is None
+    assert d["kernel_count"] == 9 and d["kernel_time_ns"] == 96_160

@@ -70,6 +70,25 @@ def test_launch_columns_take_precedence_over_gaps_for_gpu_traces() -> None:
     assert r.get("kar") is None and r["iterations"] == 0
 
 
+def test_launch_tax_is_unknown_without_a_launch_trace_or_iterations() -> None:
+    """A GPU kernel trace alone (no HIP launch join, no iteration spans) says
+    nothing about launch overhead: LTS is None (reported n/a), not 0, so it
+    neither shows 0 on ``aaco_launch_tax_ratio`` nor counts as compute-bound
+    evidence. One launch-joined kernel makes it known again."""
+    eng = Analytics(window_s=None)
+    eng.ingest("kernel_span", "h", _kernels(
+        [(-1, 1000, 1100, "gemm"), (-1, 1200, 1500, "copy")], model="", pid=3))
+    eng.settle()
+    r = eng.evaluate(("h", 3, ""))
+    assert r["kernel_time_ns"] == 400 and r["kernel_count"] == 2
+    assert r["launch_overhead_ns"] is None and r["launch_tax"] is None
+    eng.ingest("kernel_span", "h", _kernels(
+        [(-1, 1600, 1700, "gemm")], model="", pid=3, launch_api_ns=[10], launch_delay_ns=[4]))
+    eng.settle()
+    r = eng.evaluate(("h", 3, ""))
+    assert r["launch_overhead_ns"] == 14 and r["launch_tax"] == pytest.approx(14 / 500)
+
+
 def test_sii_joins_scheduler_samples_by_pid() -> None:
     eng = Analytics(window_s=None)
     _two_iterations(eng)
