@@ -28,6 +28,7 @@ from __future__ import annotations
 import bisect
 import codecs
 import csv
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,6 +75,31 @@ def _search_codec(name: str) -> codecs.CodecInfo | None:
 
 
 codecs.register(_search_codec)
+
+
+def _quiet_undecodable_rows() -> None:
+    """Keep pyarrow's failed hand-off of a non-UTF-8 malformed line off stderr.
+
+    pyarrow decodes such a line's text before it calls the invalid-row
+    handler; the ``UnicodeDecodeError`` cannot propagate out of its parser, so
+    Python's ``sys.unraisablehook`` prints it as "Exception ignored in ...
+    CsvStream._on_invalid" with a traceback. The parse then fails and the
+    stream re-reads the file with those bytes replaced (mode 2 of
+    :meth:`CsvStream.batches`), which counts the line with its number, so the
+    traceback is noise. This wraps the current hook once (again if another
+    one replaced it): exactly that error from a ``CsvStream``'s handler is
+    dropped, everything else goes to the wrapped hook."""
+    prev = sys.unraisablehook
+    if getattr(prev, "_aaco_csvstream", False):
+        return
+
+    def hook(u: sys.UnraisableHookArgs) -> None:
+        if not (isinstance(u.exc_value, UnicodeDecodeError)
+                and isinstance(getattr(u.object, "__self__", None), CsvStream)):
+            prev(u)
+
+    hook._aaco_csvstream = True  # type: ignore[attr-defined]
+    sys.unraisablehook = hook
 
 
 @dataclass(frozen=True)
@@ -248,6 +274,7 @@ class CsvStream:
                 types[csv_name] = pa.float64()
         # duplicate header names confuse include_columns; dedupe by suffix
         names = [h if header.index(h) == i else f"{h}__{i}" for i, h in enumerate(header)]
+        _quiet_undecodable_rows()
         reader = pcsv.open_csv(
             self._open(),
             read_options=pcsv.ReadOptions(

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pyarrow as pa
 
+from collectors.rocprof.csvstream import CsvStream, _quiet_undecodable_rows
 from collectors.rocprof.kernels import MAX_NAME_CHARS, iter_csv_kernel_spans
 from collectors.rocprof.launch import launch_calls, read_api_trace
 from collectors.rocprof.rejects import Rejects
@@ -75,6 +80,56 @@ def test_wrong_field_count_in_middle_is_column_count(tmp_path: Path) -> None:
     assert t.num_rows == 4
     assert r.counts == {"column_count": 1}
     assert r.examples["column_count"][0].startswith(f"{p}:3:")
+
+
+def test_non_utf8_short_line_is_counted_without_a_traceback_on_stderr(tmp_path: Path) -> None:
+    """A malformed line holding bytes that are not UTF-8: pyarrow cannot hand
+    it to the invalid-row handler and Python would print "Exception ignored
+    ... UnicodeDecodeError" with a traceback. In a fresh interpreter (the
+    default unraisable hook, as a user's replay has) stderr stays empty, the
+    line is one column_count reject with its line number, the rest is kept."""
+    ls = (TD / "kernel_trace_truncated.csv").read_bytes().splitlines()
+    ls.insert(2, b'"KERNEL_DISPATCH",\xfa\xfb,1')
+    p = tmp_path / "latin1_short_synthetic_kernel_trace.csv"
+    p.write_bytes(b"\n".join(ls) + b"\n")
+    code = ("import sys; from pathlib import Path; import pyarrow as pa\n"
+            "from collectors.rocprof.kernels import iter_csv_kernel_spans\n"
+            "from collectors.rocprof.rejects import Rejects\n"
+            "r = Rejects()\n"
+            f"n = sum(b.num_rows for b in iter_csv_kernel_spans(Path(sys.argv[1]), {FMT!r}, r))\n"
+            "print(n, r.counts, r.examples['column_count'][0])\n")
+    out = subprocess.run([sys.executable, "-c", code, str(p)], capture_output=True, text=True,
+                         check=True, cwd=TD.parents[2], timeout=120)
+    assert out.stderr == ""
+    assert out.stdout.startswith("4 {'column_count': 1} ")
+    assert f"{p}:3: column_count" in out.stdout
+
+
+def test_the_quiet_hook_passes_every_other_unraisable_exception_on() -> None:
+    """Only a UnicodeDecodeError raised for a CsvStream's handler is dropped:
+    the same error from another object, and another error from the handler,
+    reach the hook that was installed before."""
+    seen: list[Any] = []
+    before = sys.unraisablehook
+    sys.unraisablehook = seen.append
+    try:
+        _quiet_undecodable_rows()
+        _quiet_undecodable_rows()  # idempotent: one wrapper, not two
+        stream = CsvStream(b"a\n1\n", [], Rejects())
+        bad = UnicodeDecodeError("utf-8", b"\xfa", 0, 1, "invalid start byte")
+
+        def raise_unraisable(exc: BaseException, obj: object) -> None:
+            sys.unraisablehook(SimpleNamespace(  # what Python passes: sys.UnraisableHookArgs
+                exc_type=type(exc), exc_value=exc, exc_traceback=None, err_msg=None,
+                object=obj))
+
+        raise_unraisable(bad, stream._on_invalid)
+        raise_unraisable(bad, print)
+        raise_unraisable(ValueError("x"), stream._on_invalid)
+        assert [(type(u.exc_value), u.object) for u in seen] == [
+            (UnicodeDecodeError, print), (ValueError, stream._on_invalid)]
+    finally:
+        sys.unraisablehook = before
 
 
 def test_renamed_required_column_rejects_file_naming_column(tmp_path: Path) -> None:
