@@ -36,6 +36,7 @@ the files compared, the verdict).
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -177,9 +178,17 @@ def shift_ci(session: np.ndarray, baseline: np.ndarray,
     O(n log n) memory), with results identical to sorting it. Samples must be
     finite and non-empty (``ValueError``).
 
+    Samples too small for ``level`` give ``(-inf, shift, inf)``: even the
+    widest Moses interval, the smallest to the largest difference, covers
+    only ``1 - 2 / C(n1 + n2, n1)`` (exact, under no shift): 84.6% for 1
+    against 12 values, 90% for 3 against 3. Such an interval is not a 95%
+    CI, and an unbounded one never excludes 0.
+
     >>> lo, hl, hi = shift_ci(np.arange(10.0) + 5, np.arange(10.0))
     >>> hl, lo > 0
     (5.0, True)
+    >>> shift_ci(np.array([5.0, 6.0, 7.0]), np.array([1.0, 2.0, 3.0]))
+    (-inf, 4.0, inf)
     """
     from exporter.pairwise import kth_diffs
 
@@ -187,12 +196,23 @@ def shift_ci(session: np.ndarray, baseline: np.ndarray,
 
     n1, n2 = len(session), len(baseline)
     total = n1 * n2
+    mids = [total // 2] if total % 2 else [total // 2 - 1, total // 2]
+    if min(n1, n2) <= 64 and math.comb(n1 + n2, min(n1, n2)) * (1 - level) < 2:
+        (*mid,) = kth_diffs(session, baseline, mids)
+        return -math.inf, float(np.mean(np.asarray(mid))), math.inf
     z = float(norm.ppf(0.5 + level / 2))
     k = int(np.floor(n1 * n2 / 2 - z * np.sqrt(n1 * n2 * (n1 + n2 + 1) / 12)))
     k = max(0, min(k, total - 1))
-    mids = [total // 2] if total % 2 else [total // 2 - 1, total // 2]
     lo, hi, *mid = kth_diffs(session, baseline, [k, total - 1 - k, *mids])
     return lo, float(np.mean(np.asarray(mid))), hi
+
+
+def ci_json(lo: float, hi: float) -> list[float] | None:
+    """A CI in % for JSON: ``[lo, hi]`` rounded to 3 decimals, or ``None``
+    when it is unbounded (samples too small for its level, :func:`shift_ci`)."""
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return None
+    return [round(lo, 3), round(hi, 3)]
 
 
 def _iterations(bundle: Path) -> int:
@@ -296,7 +316,7 @@ def _latency_diff(baseline: Path, session: Path,
         "latency_delta_pct": round(delta, 3),
         "threshold_pct": threshold_pct,
         "p_value": p,
-        "ci95_delta_pct": [round(lo, 3), round(hi, 3)],
+        "ci95_delta_pct": ci_json(lo, hi),
         "suspected_cause": {
             "class": cause_class,
             "signal": top["signal"] if top else None,

@@ -106,7 +106,7 @@ def compare_one(key: str, b: I64 | None, s: I64 | None, threshold_pct: float) ->
     """One row: both sides' count/total/median and, when both exist, the
     median delta, U-test p and HL shift CI (%); ``slower`` says whether the
     session's durations are significantly and materially larger."""
-    from exporter.diff import shift_ci
+    from exporter.diff import ci_json, shift_ci
     from exporter.extras import require
 
     mannwhitneyu = require("scipy.stats", "analytics", "diff (Mann-Whitney test)").mannwhitneyu
@@ -128,7 +128,7 @@ def compare_one(key: str, b: I64 | None, s: I64 | None, threshold_pct: float) ->
     delta = (ms - mb) / mb * 100.0 if mb else 0.0
     ci = [lo / mb * 100.0, hi / mb * 100.0] if mb else [0.0, 0.0]
     row.update(median_delta_pct=round(delta, 3), p_value=p,
-               ci95_delta_pct=[round(ci[0], 3), round(ci[1], 3)],
+               ci95_delta_pct=ci_json(ci[0], ci[1]),
                slower=bool(delta > threshold_pct and p < T.DIFF_ALPHA and ci[0] > 0))
     return row
 

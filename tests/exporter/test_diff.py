@@ -71,3 +71,29 @@ def test_parse_threshold_accepts_percent_suffix() -> None:
     assert parse_threshold("5%") == parse_threshold(5) == 5.0
     with pytest.raises(ValueError):
         parse_threshold("-1")
+
+
+def test_shift_ci_is_unbounded_when_samples_cannot_reach_95_percent() -> None:
+    """The widest Moses interval (smallest to largest pairwise difference)
+    covers 1 - 2 / C(n1 + n2, n1) under no shift: 84.6% for 12 values
+    against 1, 90% for 3 against 3. Those get (-inf, shift, inf), never a
+    finite "95%" interval that excludes 0; 4 against 4 (97.1%) and larger
+    samples get a finite interval around the shift."""
+    import math
+
+    import numpy as np
+
+    from exporter.diff import ci_json, shift_ci
+
+    one = np.array([5440.0])
+    twelve = np.array([427841.0, 425761, 412002, 414721, 421601, 415841, 418401, 417441,
+                       419681, 420801, 417922, 416482])  # the fill kernel's dispatches
+    lo, hl, hi = shift_ci(twelve, one)
+    assert (lo, hi) == (-math.inf, math.inf)
+    assert hl == float(np.median(twelve - one[0]))
+    assert ci_json(lo, hi) is None
+    lo3, hl3, hi3 = shift_ci(np.array([5.0, 6.0, 7.0]), np.array([1.0, 2.0, 3.0]))
+    assert (lo3, hl3, hi3) == (-math.inf, 4.0, math.inf)
+    lo4, hl4, hi4 = shift_ci(np.array([5.0, 6.0, 7.0, 8.0]), np.array([1.0, 2.0, 3.0, 4.0]))
+    assert math.isfinite(lo4) and math.isfinite(hi4) and lo4 <= hl4 == 4.0 <= hi4
+    assert ci_json(lo4, hi4) == [round(lo4, 3), round(hi4, 3)]
