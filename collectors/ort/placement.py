@@ -172,8 +172,14 @@ def optimized_graph(model: Path, providers: list[str],
 
     Returns ``(graph, "optimized")``, or ``(None, reason)`` when ORT cannot
     serialize it (EPs that compile subgraphs into opaque nodes refuse).
+    ``options`` is changed: the file path, and ORT's log level raised to
+    errors (3) for this graph-only session, whose warnings are about the
+    temporary file (above ``ORT_ENABLE_EXTENDED``, ORT warns on every save
+    that it "may contain hardware specific optimizations") or repeat the
+    measured session's.
     """
     so = options or ort.SessionOptions()
+    so.log_severity_level = max(so.log_severity_level, 3)
     with tempfile.TemporaryDirectory(prefix="aaco-opt-") as d:
         path = Path(d) / "optimized.onnx"
         so.optimized_model_filepath = str(path)
