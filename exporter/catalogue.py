@@ -16,7 +16,6 @@ tests (every name they use is here).
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from collections.abc import Iterable
@@ -353,6 +352,8 @@ def embed(doc: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``--write PATH`` regenerates the table; ``--check PATH`` exits 1 on drift."""
+    import argparse  # only for this module's own command line, not on every CLI start
+
     p = argparse.ArgumentParser(prog="python -m exporter.catalogue")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--write", type=Path)
