@@ -33,7 +33,10 @@ def test_check_fails_and_write_repairs_a_drifted_doc(tmp_path: Path) -> None:
     """A hand-edited table is reported as drift; --write restores the generated one."""
     doc = tmp_path / "metrics.md"
     text = (REPO / "docs" / "metrics.md").read_text()
-    doc.write_text(text.replace("`aaco_launch_tax_ratio`", "`aaco_lts`", 1))
+    head, table = text.split(catalogue.BEGIN, 1)  # edit the generated table, not the prose
+    doc.write_text(head + catalogue.BEGIN
+                   + table.replace("`aaco_launch_tax_ratio`", "`aaco_lts`", 1))
+    assert doc.read_text() != text
     assert catalogue.main(["--check", str(doc)]) == 1
     assert catalogue.main(["--write", str(doc)]) == 0
     assert doc.read_text() == text
