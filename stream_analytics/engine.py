@@ -47,6 +47,7 @@ import base64
 import itertools
 import time
 from collections import Counter, deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -341,6 +342,44 @@ def _segmented_union(start: np.ndarray[Any, Any], end: np.ndarray[Any, Any],
     return busy, np.maximum(m[last] + g_start, carry)
 
 
+SETTLE_ROWS = 1 << 16
+"""Kernels per reduction when :meth:`Analytics.settle` resolves a held table."""
+
+
+def in_pieces(t: pa.Table, rows: int, bucket_ns: int) -> Iterator[pa.Table]:
+    """``t`` (kernel rows as :meth:`Analytics._reduce` takes them) in slices of
+    at most ``rows``, in an order where every group ``_reduce`` forms (model,
+    pid, iteration or time bucket of ``bucket_ns``) meets its kernels by
+    nondecreasing start across slices: then the busy union a group carries
+    from one slice to the next (``max_end``) is exact, and the records equal
+    those of one ``_reduce`` of all of ``t``. Rows already sorted by start
+    (a time-ordered trace) are sliced zero-copy; others are taken a slice at
+    a time in ``_reduce``'s own order (model, pid, group, start).
+
+    >>> t = pa.table({"pid": [1, 1, 1], "start_ns": [30, 10, 20], "end_ns": [31, 11, 21]})
+    >>> [p["start_ns"].to_pylist() for p in in_pieces(t, 2, 10**9)]
+    [[10, 20], [30]]
+    """
+    n = t.num_rows
+    if n <= rows:
+        yield t
+        return
+    start = _col(t, "start_ns", 0, n).to_numpy()
+    if bool(np.all(start[1:] >= start[:-1])):
+        del start
+        for off in range(0, n, rows):
+            yield t.slice(off, rows)
+        return
+    mcode, _ = _codes(t, "model", "")
+    pid = _col(t, "pid", -1, n).to_numpy()
+    itn = _col(t, "iteration", -1, n).to_numpy()
+    bucket = np.where(itn < 0, -1 - start // bucket_ns, itn)
+    order = np.lexsort((start, bucket, pid, mcode))
+    del mcode, pid, itn, bucket, start
+    for off in range(0, n, rows):
+        yield t.take(pa.array(order[off:off + rows]))
+
+
 def split_rows(t: pa.Table, go: np.ndarray[Any, Any]) -> tuple[pa.Table, pa.Table | None]:
     """``(rows of t where go, the other rows or None when there are none)``, each
     in ``t``'s order; ``go``: bool array of ``t.num_rows``.
@@ -561,12 +600,18 @@ class Analytics:
     def settle(self) -> int:
         """Resolve every held kernel now (end of a bounded session, when every
         span has arrived): attributed where a span holds it, else to time
-        buckets. Returns the number of kernels resolved."""
+        buckets. Returns the number of kernels resolved.
+
+        Up to ``max_held`` kernels per pid are reduced :data:`SETTLE_ROWS` at
+        a time (:func:`in_pieces`), which gives the same records as one
+        reduction of all of them while its temporaries stay the size of a
+        piece, not of the held table."""
         now, done = time.time_ns(), 0
         for host, pid in list(self.joins):
             for part in self._resolve(host, pid, now, force=True):
                 done += part.num_rows
-                self._reduce(host, part)
+                for piece in in_pieces(part, SETTLE_ROWS, self.bucket_ns):
+                    self._reduce(host, piece)
         return done
 
     def held_kernels(self) -> int:
