@@ -168,21 +168,63 @@ def boot_medians(rng: np.random.Generator, x: np.ndarray, n_boot: int,
     return np.concatenate(parts) if parts else np.zeros(0)
 
 
+EXACT_MAX_ARRANGEMENTS = 1 << 62
+"""Below this many rank arrangements, ``C(n1 + n2, min(n1, n2))``, and up to
+:data:`EXACT_MAX_PAIRS` pairs, the Moses interval takes its order statistic
+from the exact null distribution of the Mann-Whitney U (:func:`u_counts`,
+exact in int64); otherwise from the normal approximation, which is close
+there."""
+
+EXACT_MAX_PAIRS = 1_000_000
+"""``n1 * n2`` up to which :func:`u_counts` (one int64 per ``U`` value) is built."""
+
+
+def u_counts(n1: int, n2: int) -> np.ndarray:
+    """How many of the ``C(n1 + n2, n1)`` equally likely rank arrangements
+    (no shift, no ties) give each Mann-Whitney ``U`` from 0 to ``n1 * n2``:
+    the coefficients of the Gaussian binomial ``[n1 + n2 choose m]_q``,
+    built as ``prod_{i=1..m} (1 - q^(n+i)) / (1 - q^i)`` with ``m, n`` the
+    smaller and larger size. int64; exact while the total stays below
+    :data:`EXACT_MAX_ARRANGEMENTS`.
+
+    >>> u_counts(2, 2).tolist()  # C(4, 2) = 6 arrangements
+    [1, 1, 2, 1, 1]
+    """
+    m, n = sorted((n1, n2))
+    size = m * n + 1
+    c = np.zeros(size, np.int64)
+    c[0] = 1
+    for i in range(1, m + 1):
+        s = n + i
+        if s < size:
+            c[s:] -= c[:size - s].copy()  # times (1 - q^s)
+        pad = -size % i  # divided by (1 - q^i): a running sum of stride i
+        c = np.concatenate([c, np.zeros(pad, np.int64)]).reshape(-1, i).cumsum(axis=0)
+        c = c.reshape(-1)[:size]
+    return c
+
+
 def shift_ci(session: np.ndarray, baseline: np.ndarray,
              level: float = 0.95) -> tuple[float, float, float]:
     """Hodges-Lehmann shift and its Moses CI: ``(lo, shift, hi)`` in the
-    data's unit. The CI takes order statistics of the pairwise differences
-    session - baseline at the Mann-Whitney critical value (normal
-    approximation); the shift is their median. The order statistics are
-    selected without the ``n1 x n2`` matrix (:func:`exporter.pairwise.kth_diffs`,
-    O(n log n) memory), with results identical to sorting it. Samples must be
-    finite and non-empty (``ValueError``).
+    data's unit. The shift is the median of the pairwise differences
+    session - baseline; the CI is their ``k``-th smallest and ``k``-th
+    largest (0-based), ``k`` the largest count with ``P(U <= k) <= (1 -
+    level) / 2`` under no shift, so that it misses with probability ``2 P(U
+    <= k)``. ``P`` is the exact Mann-Whitney null distribution
+    (:func:`u_counts`) for small samples (:data:`EXACT_MAX_ARRANGEMENTS`,
+    :data:`EXACT_MAX_PAIRS`), the normal approximation otherwise: at 4
+    against 4 that approximation gave k = 1, a 94.3% interval, where the
+    exact k = 0 gives 97.1%. The order statistics are selected without the
+    ``n1 x n2`` matrix (:func:`exporter.pairwise.kth_diffs`, O(n log n)
+    memory), with results identical to sorting it. Samples must be finite and
+    non-empty (``ValueError``).
 
     Samples too small for ``level`` give ``(-inf, shift, inf)``: even the
     widest Moses interval, the smallest to the largest difference, covers
-    only ``1 - 2 / C(n1 + n2, n1)`` (exact, under no shift): 84.6% for 1
-    against 12 values, 90% for 3 against 3. Such an interval is not a 95%
-    CI, and an unbounded one never excludes 0.
+    only ``1 - 2 / C(n1 + n2, n1)``: 84.6% for 1 against 12 values, 90% for
+    3 against 3. Such an interval is not a 95% CI, and an unbounded one never
+    excludes 0.
 
     >>> lo, hl, hi = shift_ci(np.arange(10.0) + 5, np.arange(10.0))
     >>> hl, lo > 0
@@ -192,17 +234,25 @@ def shift_ci(session: np.ndarray, baseline: np.ndarray,
     """
     from exporter.pairwise import kth_diffs
 
-    norm = require("scipy.stats", "analytics", "diff (Mann-Whitney test)").norm
-
     n1, n2 = len(session), len(baseline)
     total = n1 * n2
     mids = [total // 2] if total % 2 else [total // 2 - 1, total // 2]
-    if min(n1, n2) <= 64 and math.comb(n1 + n2, min(n1, n2)) * (1 - level) < 2:
+    m = min(n1, n2)
+    arrangements = (math.comb(n1 + n2, m) if m <= 64 and total <= EXACT_MAX_PAIRS
+                    else EXACT_MAX_ARRANGEMENTS)
+    if arrangements < EXACT_MAX_ARRANGEMENTS:
+        cum = np.cumsum(u_counts(n1, n2))
+        # the last k with cum[k] / arrangements <= (1 - level) / 2 (-1: none)
+        k = int(np.searchsorted(cum, (1 - level) * arrangements / 2 * (1 + 1e-12),
+                                side="right")) - 1
+    else:
+        norm = require("scipy.stats", "analytics", "diff (Mann-Whitney test)").norm
+        z = float(norm.ppf(0.5 + level / 2))
+        k = max(0, int(np.floor(total / 2 - z * np.sqrt(total * (n1 + n2 + 1) / 12))))
+    if k < 0:
         (*mid,) = kth_diffs(session, baseline, mids)
         return -math.inf, float(np.mean(np.asarray(mid))), math.inf
-    z = float(norm.ppf(0.5 + level / 2))
-    k = int(np.floor(n1 * n2 / 2 - z * np.sqrt(n1 * n2 * (n1 + n2 + 1) / 12)))
-    k = max(0, min(k, total - 1))
+    k = min(k, total - 1)
     lo, hi, *mid = kth_diffs(session, baseline, [k, total - 1 - k, *mids])
     return lo, float(np.mean(np.asarray(mid))), hi
 
