@@ -250,8 +250,7 @@ def shift_ci(session: np.ndarray, baseline: np.ndarray,
         z = float(norm.ppf(0.5 + level / 2))
         k = max(0, int(np.floor(total / 2 - z * np.sqrt(total * (n1 + n2 + 1) / 12))))
     if k < 0:
-        (*mid,) = kth_diffs(session, baseline, mids)
-        return -math.inf, float(np.mean(np.asarray(mid))), math.inf
+        return -math.inf, float(np.mean(kth_diffs(session, baseline, mids))), math.inf
     k = min(k, total - 1)
     lo, hi, *mid = kth_diffs(session, baseline, [k, total - 1 - k, *mids])
     return lo, float(np.mean(np.asarray(mid))), hi

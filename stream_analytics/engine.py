@@ -346,6 +346,20 @@ SETTLE_ROWS = 1 << 16
 """Kernels per reduction when :meth:`Analytics.settle` resolves a held table."""
 
 
+def _group_key(t: pa.Table, bucket_ns: int) -> tuple[np.ndarray[Any, Any], list[str],
+                                                     np.ndarray[Any, Any], np.ndarray[Any, Any],
+                                                     np.ndarray[Any, Any]]:
+    """What :meth:`Analytics._reduce` groups and orders kernel rows by:
+    ``(model codes, their values, pid, group, start_ns)``; the group is the
+    iteration, or ``-1 - start_ns // bucket_ns`` (a time bucket) without one."""
+    n = t.num_rows
+    mcode, models = _codes(t, "model", "")
+    pid = _col(t, "pid", -1, n).to_numpy()
+    itn = _col(t, "iteration", -1, n).to_numpy()
+    start = _col(t, "start_ns", 0, n).to_numpy()
+    return mcode, models, pid, np.where(itn < 0, -1 - start // bucket_ns, itn), start
+
+
 def in_pieces(t: pa.Table, rows: int, bucket_ns: int) -> Iterator[pa.Table]:
     """``t`` (kernel rows as :meth:`Analytics._reduce` takes them) in slices of
     at most ``rows``, in an order where every group ``_reduce`` forms (model,
@@ -370,12 +384,9 @@ def in_pieces(t: pa.Table, rows: int, bucket_ns: int) -> Iterator[pa.Table]:
         for off in range(0, n, rows):
             yield t.slice(off, rows)
         return
-    mcode, _ = _codes(t, "model", "")
-    pid = _col(t, "pid", -1, n).to_numpy()
-    itn = _col(t, "iteration", -1, n).to_numpy()
-    bucket = np.where(itn < 0, -1 - start // bucket_ns, itn)
+    mcode, _, pid, bucket, start = _group_key(t, bucket_ns)
     order = np.lexsort((start, bucket, pid, mcode))
-    del mcode, pid, itn, bucket, start
+    del mcode, pid, bucket, start
     for off in range(0, n, rows):
         yield t.take(pa.array(order[off:off + rows]))
 
@@ -626,10 +637,7 @@ class Analytics:
         for the busy union; Python only touches one record per group.
         """
         n = t.num_rows
-        mcode, models = _codes(t, "model", "")
-        pid = _col(t, "pid", -1, n).to_numpy()
-        itn = _col(t, "iteration", -1, n).to_numpy()
-        start = _col(t, "start_ns", 0, n).to_numpy()
+        mcode, models, pid, bucket, start = _group_key(t, self.bucket_ns)
         end = _col(t, "end_ns", 0, n).to_numpy()
         dur = end - start
         api = _col(t, "launch_api_ns", None, n)
@@ -640,7 +648,6 @@ class Analytics:
         # negative delays (async launches, or files of different runs) count as 0
         launch = (pc.fill_null(api, 0).to_numpy() if api.null_count < n else zero) + (
             np.maximum(pc.fill_null(delay, 0).to_numpy(), 0) if delay.null_count < n else zero)
-        bucket = np.where(itn < 0, -1 - start // self.bucket_ns, itn)
         self._family_totals(host, t, models, mcode, pid, dur)
         if not _in_order(mcode, pid, bucket, start):
             order = np.lexsort((start, bucket, pid, mcode))
