@@ -20,6 +20,7 @@ struct tstats {
     u64 switch_ins;      // every switch-in (next_pid == tid)
     u64 no_start;        // switch-ins whose wait start was not seen
     u64 no_slice_start;  // switch-outs whose switch-in was not seen
+    u64 unseen_ns;       // their wait start -> switch-out: hidden wait + slice
     u64 last_run_start;  // start of the most recent completed on-CPU slice
     u64 last_wait_start; // start of the most recent completed wait
     u32 tgid;
@@ -153,8 +154,12 @@ TRACEPOINT_PROBE(sched, sched_switch) {
                     // the switch-in fired no sched_switch we saw (Firecracker
                     // VMs: switches from the VM agent's threads are untraced),
                     // or the thread was learnt at this switch-out: its slice
-                    // and the wait before it are lost, and counted here
+                    // and the wait before it are lost, and counted here;
+                    // their sum is known when the wait start was seen
                     __sync_fetch_and_add(&s->no_slice_start, 1);
+                    struct wait_t *lw = waiting.lookup(&prev);
+                    if (lw && now > lw->ts)
+                        __sync_fetch_and_add(&s->unseen_ns, now - lw->ts);
                 }
                 __builtin_memcpy(s->comm, args->prev_comm, AACO_COMM_LEN);
             }

@@ -58,6 +58,7 @@ _COUNTERS = (
     "switch_ins",
     "no_start",
     "no_slice_start",
+    "unseen_ns",
 )
 HIST_BUCKETS = 40
 """Length of ``runq_hist_log2_ns``; bucket 39 holds every wait >= 2^39 ns."""
@@ -140,7 +141,9 @@ class ThreadStats:
     switch-outs whose switch-in the probe did not see, so over a window that
     starts and ends with the thread off CPU ``voluntary + involuntary ==
     switch_ins + no_slice_start``; such a slice (and the wait before it) is
-    missing from ``run_ns`` / ``runq_wait_ns``. Sources: a thread learnt at
+    missing from ``run_ns`` / ``runq_wait_ns``, and ``unseen_ns`` holds their
+    sum (wait start to that switch-out) where the wait start was seen; the
+    split between the two is unknown. Sources: a thread learnt at
     its first switch-out (cgroup watch, thread born after the last refresh),
     and switch-ins for which the kernel fires no ``sched:sched_switch`` at
     all (seen on Firecracker VMs: about one per CPU-second, after the VM
@@ -159,6 +162,7 @@ class ThreadStats:
     switch_ins: int = 0
     no_start: int = 0
     no_slice_start: int = 0
+    unseen_ns: int = 0
     hist: list[int] = field(default_factory=lambda: [0] * HIST_BUCKETS)
 
 
@@ -374,7 +378,7 @@ class SchedProbe:
             t.voluntary, t.involuntary = delta["voluntary"], delta["involuntary"]
             t.migrations, t.faults = delta["migrations"], delta["faults"]
             t.switch_ins, t.no_start = delta["switch_ins"], delta["no_start"]
-            t.no_slice_start = delta["no_slice_start"]
+            t.no_slice_start, t.unseen_ns = delta["no_slice_start"], delta["unseen_ns"]
             out.append(t)
             self._prev_stats[tid] = cum
         self._prev_hist = hist_cum

@@ -21,7 +21,9 @@ WINDOW_S = 3.0
 
 
 def _measure(n_hogs: int, hogs, settle: float = 0.5):
-    """Run ``n_hogs`` hogs; sample the same window with eBPF and /proc."""
+    """Run ``n_hogs`` hogs; sample the same window with eBPF and /proc.
+    Returns (pids, eBPF table, /proc table, {pid: unseen_ns}): the last is
+    the time eBPF could not split into wait and run (``ThreadStats.unseen_ns``)."""
     probe = SchedProbe()
     proc = ProcSampler()
     try:
@@ -32,9 +34,12 @@ def _measure(n_hogs: int, hogs, settle: float = 0.5):
             probe.drain()
             proc.sample(pids)
             time.sleep(WINDOW_S)
-            e = to_table(probe.drain())
+            d = probe.drain()
             p = proc.sample(pids)
-            return sorted(pids), e, p
+            unseen: dict[int, int] = {}
+            for t in d.threads:
+                unseen[t.pid] = unseen.get(t.pid, 0) + t.unseen_ns
+            return sorted(pids), to_table(d), p, unseen
     finally:
         probe.close()
 
@@ -45,9 +50,11 @@ def test_ebpf_and_proc_sii_agree_within_10_percent_and_rise_under_oversubscripti
     """3 CPU-bound processes on a 2-core box: per process, SII from the eBPF
     run-queue waits and SII from /proc schedstat agree within 10 %, and both
     are clearly above the SII of a single hog (unloaded run), on which the
-    two agree within 0.05."""
-    pids, e, p = _measure(3, hogs)
-    upids, ue, up = _measure(1, hogs)
+    two agree within 0.05. On-CPU share agrees within 10 % once the time eBPF
+    counted as unseen (a switch-in that fired no ``sched_switch``: the hidden
+    wait plus the slice after it) is added back; eBPF never reports more."""
+    pids, e, p, unseen = _measure(3, hogs)
+    upids, ue, up, _ = _measure(1, hogs)
     use, usp = sii_of(ue, upids[0]) or 0.0, sii_of(up, upids[0]) or 0.0
     # unloaded, the two agree too: an open wait whose switch-in fired no
     # sched_switch (the VM agent's preemptions) is not credited as waiting
@@ -59,10 +66,16 @@ def test_ebpf_and_proc_sii_agree_within_10_percent_and_rise_under_oversubscripti
         assert abs(se - sp) <= 0.10 * sp, (pid, se, sp)
         assert se >= unloaded + 0.15 and sp >= unloaded + 0.15, (pid, se, sp, unloaded)
         # on-CPU share agrees too (the two windows are a few ms apart, so
-        # compare per wall-ns), and both sources see the same switch-outs
-        re = col_sum(e, pid, "run_ns") / e.column("interval_ns")[0].as_py()
+        # compare per wall-ns), and both sources see the same switch-outs.
+        # A slice whose switch-in fired no sched_switch is missing from eBPF's
+        # run_ns (CI: 0.649 against 0.730 from /proc), and its length, with
+        # the short wait before it, is in unseen_ns
+        interval_e = e.column("interval_ns")[0].as_py()
+        re = col_sum(e, pid, "run_ns") / interval_e
         rp = col_sum(p, pid, "run_ns") / p.column("interval_ns")[0].as_py()
-        assert abs(re - rp) <= 0.10 * rp, (pid, re, rp)
+        lost = unseen.get(pid, 0) / interval_e
+        assert re <= 1.10 * rp and re + lost >= 0.90 * rp, (pid, re, lost, rp)
+        assert re + lost <= 1.10 * rp, (pid, re, lost, rp)
         ie, ip = col_sum(e, pid, "involuntary_switches"), col_sum(p, pid, "involuntary_switches")
         assert ie > 0 and abs(ie - ip) <= max(3, 0.10 * ip), (pid, ie, ip)
     assert set(e.column("source").to_pylist()) == {"ebpf"}
@@ -118,7 +131,7 @@ def test_switch_counts_match_the_kernels_own_counters_and_fill_the_histogram(
     buckets: dict[int, list[int]] = {tid: [0] * HIST_BUCKETS for tid in base}
     for d in drains:
         for t in d.threads:
-            acc = total.setdefault(t.tid, [0, 0, 0, 0, 0, 0])
+            acc = total.setdefault(t.tid, [0, 0, 0, 0, 0, 0, 0])
             acc[0] += t.switch_ins
             acc[1] += sum(t.hist)
             acc[2] += t.no_start
@@ -127,8 +140,12 @@ def test_switch_counts_match_the_kernels_own_counters_and_fill_the_histogram(
                 buckets[t.tid][i] += c
             acc[4] += t.voluntary + t.involuntary
             acc[5] += t.no_slice_start
+            acc[6] += t.unseen_ns
     assert set(total) == set(base), total
-    for tid, (ins, hist, no_start, wait_ns, outs, unseen) in total.items():
+    for tid, (ins, hist, no_start, wait_ns, outs, unseen, unseen_ns) in total.items():
+        # every wait start is seen here (watched while blocked), so each
+        # unseen slice has a known length: unseen_ns > 0 exactly when one was
+        assert (unseen_ns > 0) == (unseen > 0), (tid, unseen, unseen_ns)
         k_outs = end[tid][0] - base[tid][0]
         k_ins = end[tid][1] - base[tid][1]
         assert ins > 30 and outs > 30, (tid, ins, outs)
