@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-from collectors.base import CollectorContext, available, create
+from collectors.base import Collector, CollectorContext, available, create
 from exporter import schema
 from exporter.bundle_dir import BundleDir
 from exporter.bus import BusConfig
@@ -85,14 +85,8 @@ async def _capture(opts: CaptureOptions, bus_cfg: BusConfig,
     host = socket.gethostname()
     started = time.time_ns()
     pids: set[int] = set()
-    ort_c = create("ort", CollectorContext(host, pids, {  # fails fast on a bad model
-        "model": opts.model, "model_name": opts.model_name, "iterations": opts.iterations,
-        "warmup": opts.warmup, "chunk_s": 1e9, "dims": opts.dims, "fill": opts.fill,
-        "providers": opts.providers,
-        # --lab: one intra-op thread per dedicated CPU (0: ORT's default)
-        "intra_op_threads": len(opts.lab_cpus) if opts.lab and opts.lab_cpus else 0,
-        "chunk_iterations": max(10, opts.iterations // 20),
-    }))
+    with opts.phases.time("start"):  # the model into an ORT session; fails fast on a bad one
+        ort_c = _ort_collector(opts, host, pids)
     graph = ort_c.graph  # type: ignore[attr-defined]
     try:
         s = await Session.open("capture", bus_cfg, opts.phases)
@@ -109,9 +103,10 @@ async def _capture(opts: CaptureOptions, bus_cfg: BusConfig,
     ort_c.runner.profile_dir = out / "profiler"  # type: ignore[attr-defined]
     ort_c.runner.profile_dir.mkdir(parents=True, exist_ok=True)  # type: ignore[attr-defined]
     ort_c.runner.keep_profiles = True  # type: ignore[attr-defined]
-    sched = create("sched" if "sched" in available() else "proc",
-                   CollectorContext(host, pids, {"interval_s": opts.sched_interval_s}))
-    gpu = gpu_collector(host, pids)
+    with s.phases.time("start"):
+        sched = create("sched" if "sched" in available() else "proc",
+                       CollectorContext(host, pids, {"interval_s": opts.sched_interval_s}))
+        gpu = gpu_collector(host, pids)
     pipe = s.pipe
     pipe.add(ort_c)
     pipe.add(sched)
@@ -119,7 +114,7 @@ async def _capture(opts: CaptureOptions, bus_cfg: BusConfig,
         await pipe.collect_once(sched)  # prime the scheduler deltas
         stop = asyncio.Event()
         bg = [asyncio.create_task(pipe.run_collector(sched, stop)),
-              asyncio.create_task(s.consumer.run(stop))]
+              asyncio.create_task(s.run_analytics(stop))]
         if gpu is not None:  # GPU gauges into telemetry/gauges.parquet
             pipe.add(gpu)
             bg.append(asyncio.create_task(pipe.run_collector(gpu, stop)))
@@ -158,26 +153,27 @@ async def _capture(opts: CaptureOptions, bus_cfg: BusConfig,
         derived["bottleneck"] = finish(out, sink, final or None, timer=s.phases.time).get("class")
     finally:
         sink.discard()
-    iters = sink.table("iteration_span")
-    recorded = {"iterations": iters.num_rows,
-                "kernels": sink.table("kernel_span").num_rows,
-                "kernels_expected": int(pc.sum(iters.column("kernel_count")).as_py() or 0)}
-    derived["shortfall"] = shortfall(opts.iterations, recorded, s.loss())
-    write_json(out / "metrics/inference_summary.json",
-               inference_summary(iters.column("duration_ns").to_numpy(), opts.warmup))
-    write_json(out / "model/model_meta.json", {
-        "name": graph.name, "path": str(graph.path), "sha256": graph.sha256,
-        "node_count": graph.node_count, "total_nodes": graph.total_nodes,
-        "node_count_excludes": ["Constant"], "edge_count": graph.edges.num_rows,
-        "op_histogram": graph.op_histogram, "provider": ort_c.source,
-        "inputs": {k: list(v.shape) for k, v in ort_c.runner.feed.items()},  # type: ignore[attr-defined]
-    })
-    from exporter.attribution_bundle import write_attribution  # needs the ort extra
+    with s.phases.time("bundle"):  # the attribution runs a graph-only ORT session
+        iters = sink.table("iteration_span")
+        recorded = {"iterations": iters.num_rows,
+                    "kernels": sink.table("kernel_span").num_rows,
+                    "kernels_expected": int(pc.sum(iters.column("kernel_count")).as_py() or 0)}
+        derived["shortfall"] = shortfall(opts.iterations, recorded, s.loss())
+        write_json(out / "metrics/inference_summary.json",
+                   inference_summary(iters.column("duration_ns").to_numpy(), opts.warmup))
+        write_json(out / "model/model_meta.json", {
+            "name": graph.name, "path": str(graph.path), "sha256": graph.sha256,
+            "node_count": graph.node_count, "total_nodes": graph.total_nodes,
+            "node_count_excludes": ["Constant"], "edge_count": graph.edges.num_rows,
+            "op_histogram": graph.op_histogram, "provider": ort_c.source,
+            "inputs": {k: list(v.shape) for k, v in ort_c.runner.feed.items()},  # type: ignore[attr-defined]
+        })
+        from exporter.attribution_bundle import write_attribution  # needs the ort extra
 
-    derived["attribution"] = write_attribution(out, ort_c.runner)  # type: ignore[attr-defined]
-    pq.write_table(graph.nodes, out / "model/graph_nodes.parquet")
-    pq.write_table(graph.edges, out / "model/graph_edges.parquet")
-    write_json(out / "env.json", env_info())
+        derived["attribution"] = write_attribution(out, ort_c.runner)  # type: ignore[attr-defined]
+        pq.write_table(graph.nodes, out / "model/graph_nodes.parquet")
+        pq.write_table(graph.edges, out / "model/graph_edges.parquet")
+        write_json(out / "env.json", env_info())
     write_json(out / "session.json", {
         "session_id": session, "host": host, "argv": opts.argv, "model": graph.name,
         "started_ns": started, "ended_ns": time.time_ns(), "iterations": opts.iterations,
@@ -240,3 +236,17 @@ def format_summary(d: dict[str, Any]) -> str:
 
 def dumps(obj: Any) -> str:
     return json.dumps(obj, indent=2, default=str)
+
+
+def _ort_collector(opts: CaptureOptions, host: str, pids: set[int]) -> Collector:
+    """The ``ort`` collector of a ``capture --model`` run: the model loaded
+    into an ONNX Runtime session (raises the collector's ``ModelError`` or
+    ``InputError`` on a bad model or input)."""
+    return create("ort", CollectorContext(host, pids, {
+        "model": opts.model, "model_name": opts.model_name, "iterations": opts.iterations,
+        "warmup": opts.warmup, "chunk_s": 1e9, "dims": opts.dims, "fill": opts.fill,
+        "providers": opts.providers,
+        # --lab: one intra-op thread per dedicated CPU (0: ORT's default)
+        "intra_op_threads": len(opts.lab_cpus) if opts.lab and opts.lab_cpus else 0,
+        "chunk_iterations": max(10, opts.iterations // 20),
+    }))

@@ -8,17 +8,27 @@
 >>> p.summary().startswith("timings: parse ")
 True
 
-Phases: ``parse`` (reading the inputs; ``replay`` parses in a worker thread
-ahead of the bus, so there it is the time spent waiting for the parser),
-``bus`` (publishing on the bus), ``analytics`` (the analytics consumer),
+Phases: ``start`` (starting the bus: the embedded nats-server, the bundle
+sink's and the analytics consumer's subscriptions; for ``capture --model``
+also loading the model into an ONNX Runtime session and starting the
+collectors), ``run`` (the model's iterations or the profiled command, the
+collectors publishing meanwhile), ``parse`` (reading the inputs;
+``replay`` parses in a worker thread ahead of the bus, so there it is the
+time spent waiting for the parser),
+``bus`` (publishing on the bus; in ``capture --model`` only what the outbox
+held at the end, the spans being published during ``run``), ``analytics``
+(the analytics consumer's fetches that brought messages, and its drain),
 ``bundle`` (Parquet and JSON files of the bundle, the bundle sink's reading
 of the bus included), ``trace``
 (``trace.pftrace``). A phase timed several times adds up. Times are
 ``time.perf_counter`` seconds. The phases of one session do not overlap,
 except ``analytics``, ``bundle`` and ``trace``: the two readers of the bus
-read side by side, and the trace is written while the analytics consumer
-settles (:class:`exporter.session.Session`), each timed on its own, so their
-sum may exceed the wall time they took.
+read side by side, the trace is written while the analytics consumer
+settles (:class:`exporter.session.Session`), and in ``capture --model`` the
+consumer folds while the model runs; each is timed on its own, so their sum
+may exceed the wall time they took. ``total`` is the time since the command
+began, interpreter start-up excepted, so it also holds time no phase claims
+(argument checks, waiting between samples).
 """
 
 from __future__ import annotations
@@ -28,7 +38,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-ORDER = ("run", "parse", "bus", "analytics", "bundle", "trace")
+ORDER = ("start", "run", "parse", "bus", "analytics", "bundle", "trace")
 """Print order of the known phases (others follow in first-timed order)."""
 
 

@@ -211,22 +211,24 @@ class Session:
     async def open(cls, kind: str, bus_cfg: BusConfig, phases: Phases | None = None) -> Session:
         """Start the pipeline (embedded nats-server unless ``bus_cfg.url``), the
         bundle sink and the analytics consumer; ``phases`` times the session
-        (a new one when ``None``)."""
+        (a new one when ``None``); the start-up is its ``start`` phase."""
+        phases = phases or Phases()
         host = socket.gethostname()
         sid = new_session_id()
         pipe = Pipeline(host, bus_cfg, session=sid)
         try:
-            bus = await pipe.open()
-            sink = BundleSink(bus, sid, take_in_thread=True, fetch_batch=READ_BATCH)
-            await sink.start()
-            consumer = AnalyticsConsumer(bus, durable=f"{kind}-{sid}", window_s=None,
-                                         checkpoint=False, session=schema.sanitize_token(sid),
-                                         fold_in_thread=True, batch=READ_BATCH)
-            await consumer.start()
+            with phases.time("start"):
+                return cls(sid, host, bus_cfg, pipe, *await _readers(pipe, kind, sid), phases)
         except BaseException:
             await pipe.close()
             raise
-        return cls(sid, host, bus_cfg, pipe, sink, consumer, phases or Phases())
+
+    async def run_analytics(self, stop: asyncio.Event) -> None:
+        """The analytics consumer's loop while a capture runs
+        (:meth:`~stream_analytics.consumer.AnalyticsConsumer.run`), the
+        seconds of its steps that fetched messages added to ``analytics``."""
+        await self.consumer.run(stop, busy=lambda s: self.phases.add("analytics", s))
+
 
     @property
     def bus(self) -> Bus:
@@ -415,3 +417,16 @@ class Session:
             })
         derived["shortfall"] = self.loss()
         return derived
+
+
+async def _readers(pipe: Pipeline, kind: str, sid: str) -> tuple[BundleSink, AnalyticsConsumer]:
+    """Open ``pipe``'s bus (starting the embedded nats-server) and start a
+    session's two readers: the bundle sink and the analytics consumer."""
+    bus = await pipe.open()
+    sink = BundleSink(bus, sid, take_in_thread=True, fetch_batch=READ_BATCH)
+    await sink.start()
+    consumer = AnalyticsConsumer(bus, durable=f"{kind}-{sid}", window_s=None,
+                                 checkpoint=False, session=schema.sanitize_token(sid),
+                                 fold_in_thread=True, batch=READ_BATCH)
+    await consumer.start()
+    return sink, consumer

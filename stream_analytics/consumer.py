@@ -69,9 +69,10 @@ import contextlib
 import dataclasses
 import hashlib
 import logging
+import time
 from array import array
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -642,12 +643,17 @@ class AnalyticsConsumer:
             self.generation += 1
         await self.flush(commit=True)
 
-    async def run(self, stop: asyncio.Event) -> None:
+    async def run(self, stop: asyncio.Event,
+                  busy: Callable[[float], None] | None = None) -> None:
         """Loop until ``stop`` is set; never raises on bad input. At the end,
-        publishes, checkpoints and acks what was folded in last."""
+        publishes, checkpoints and acks what was folded in last. ``busy``
+        is given the seconds of each step that fetched messages (fetch,
+        fold and flush; a session times its analytics with it)."""
         while not stop.is_set():
             try:
-                await self.step(stop=stop)
+                t = time.perf_counter()
+                if await self.step(stop=stop) and busy is not None:
+                    busy(time.perf_counter() - t)
             except Exception as e:  # keep the daemon alive; the bus reconnects
                 self.drops["consumer_error"] += 1
                 log.error("analytics step failed: %s", e)

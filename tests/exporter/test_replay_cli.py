@@ -15,7 +15,7 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
 ROOT = Path(__file__).resolve().parents[2]
 EXE = str(Path(sys.executable).parent / "aaco-exporter")
 FIXTURE = ROOT / "collectors/rocprof/testdata/kernel_trace.csv"  # real, see PROVENANCE.md
-PHASES = {"parse", "bus", "analytics", "bundle", "trace", "total"}
+PHASES = {"start", "parse", "bus", "analytics", "bundle", "trace", "total"}
 
 
 def _replay(out: Path, env: dict[str, str], *flags: str) -> subprocess.CompletedProcess[str]:
