@@ -20,7 +20,6 @@ from typing import Any
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from collectors.base import Collector, CollectorContext, available, create
 from exporter import schema
@@ -28,6 +27,7 @@ from exporter.bundle_dir import BundleDir
 from exporter.bus import BusConfig
 from exporter.labmode import latency_cv
 from exporter.phases import Phases
+from exporter.progress import bar
 from exporter.session import Session, gpu_collector
 from exporter.sinks.bundle import derived_metrics, env_info, finish, inference_summary, write_json
 
@@ -118,16 +118,14 @@ async def _capture(opts: CaptureOptions, bus_cfg: BusConfig,
         if gpu is not None:  # GPU gauges into telemetry/gauges.parquet
             pipe.add(gpu)
             bg.append(asyncio.create_task(pipe.run_collector(gpu, stop)))
-        with Progress("[progress.description]{task.description}", BarColumn(),
-                      MofNCompleteColumn(), TimeElapsedColumn(), disable=not opts.progress,
-                      transient=True) as bar:
-            task = bar.add_task(f"capture {graph.name}", total=opts.iterations)
+        with bar(opts.progress) as shown:  # stderr only: stdout is for scripts
+            task = shown.add_task(f"capture {graph.name}", total=opts.iterations)
             while not ort_c.done:  # type: ignore[attr-defined]
                 with s.phases.time("run"):
                     await pipe.collect_once(ort_c)
                 if not pipe.health["ort"].up:
                     raise RuntimeError(pipe.health["ort"].last_error)
-                bar.update(task, completed=ort_c.runner.next_iteration)  # type: ignore[attr-defined]
+                shown.update(task, completed=ort_c.runner.next_iteration)  # type: ignore[attr-defined]
         await pipe.collect_once(sched)  # the last partial interval
         stop.set()
         await asyncio.gather(*bg)

@@ -84,6 +84,23 @@ def _string_input_model(path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
+def test_capture_without_quiet_keeps_stdout_to_results_and_times_phases_on_stderr(
+        tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """Piped (no terminal), a capture without --quiet writes no progress
+    output at all: stdout holds only the summary lines and the session path
+    (rich's transient bar printed an empty line on stdout); stderr has the
+    one `timings:` line, starting with the start-up phase."""
+    r = _run(["capture", "--model", "magika", "--iterations", "2", "--warmup", "1",
+              "--out", str(tmp_path)], cli_env)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines and all(x.strip() for x in lines), r.stdout
+    assert Path(lines[-1]).parent == tmp_path and lines[0].startswith("KAR")
+    (timing,) = [x for x in r.stderr.splitlines() if x.startswith("timings: ")]
+    assert timing.startswith("timings: start ") and ", run " in timing
+
+
 @pytest.mark.parametrize("case", ["missing", "not_onnx", "string_input", "bad_nats"])
 def test_bad_input_exits_2_with_one_clear_line(case: str, tmp_path: Path,
                                                cli_env: dict[str, str]) -> None:
