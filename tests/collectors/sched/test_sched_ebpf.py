@@ -22,8 +22,12 @@ WINDOW_S = 3.0
 
 def _measure(n_hogs: int, hogs, settle: float = 0.5):
     """Run ``n_hogs`` hogs; sample the same window with eBPF and /proc.
-    Returns (pids, eBPF table, /proc table, {pid: unseen_ns}): the last is
-    the time eBPF could not split into wait and run (``ThreadStats.unseen_ns``)."""
+    The hogs are SIGSTOPped 0.1 s before the window ends, so nothing is in
+    progress at its end: eBPF credits no open wait or slice up to the drain
+    (a wait whose switch-in fired no ``sched_switch`` stays open until the
+    next switch-out). Returns (pids, eBPF table, /proc table, {pid:
+    unseen_ns}): the last is the time eBPF could not split into wait and run
+    (``ThreadStats.unseen_ns``)."""
     probe = SchedProbe()
     proc = ProcSampler()
     try:
@@ -34,6 +38,9 @@ def _measure(n_hogs: int, hogs, settle: float = 0.5):
             probe.drain()
             proc.sample(pids)
             time.sleep(WINDOW_S)
+            for h in ps:
+                h.send_signal(signal.SIGSTOP)
+            time.sleep(0.1)
             d = probe.drain()
             p = proc.sample(pids)
             unseen: dict[int, int] = {}
