@@ -218,17 +218,24 @@ class Session:
         pipe = Pipeline(host, bus_cfg, session=sid)
         try:
             with phases.time("start"):
-                return cls(sid, host, bus_cfg, pipe, *await _readers(pipe, kind, sid), phases)
+                bus = await pipe.open()
+                sink = BundleSink(bus, sid, take_in_thread=True, fetch_batch=READ_BATCH)
+                await sink.start()
+                consumer = AnalyticsConsumer(bus, durable=f"{kind}-{sid}", window_s=None,
+                                             checkpoint=False,
+                                             session=schema.sanitize_token(sid),
+                                             fold_in_thread=True, batch=READ_BATCH)
+                await consumer.start()
         except BaseException:
             await pipe.close()
             raise
+        return cls(sid, host, bus_cfg, pipe, sink, consumer, phases)
 
     async def run_analytics(self, stop: asyncio.Event) -> None:
         """The analytics consumer's loop while a capture runs
         (:meth:`~stream_analytics.consumer.AnalyticsConsumer.run`), the
         seconds of its steps that fetched messages added to ``analytics``."""
         await self.consumer.run(stop, busy=lambda s: self.phases.add("analytics", s))
-
 
     @property
     def bus(self) -> Bus:
@@ -417,16 +424,3 @@ class Session:
             })
         derived["shortfall"] = self.loss()
         return derived
-
-
-async def _readers(pipe: Pipeline, kind: str, sid: str) -> tuple[BundleSink, AnalyticsConsumer]:
-    """Open ``pipe``'s bus (starting the embedded nats-server) and start a
-    session's two readers: the bundle sink and the analytics consumer."""
-    bus = await pipe.open()
-    sink = BundleSink(bus, sid, take_in_thread=True, fetch_batch=READ_BATCH)
-    await sink.start()
-    consumer = AnalyticsConsumer(bus, durable=f"{kind}-{sid}", window_s=None,
-                                 checkpoint=False, session=schema.sanitize_token(sid),
-                                 fold_in_thread=True, batch=READ_BATCH)
-    await consumer.start()
-    return sink, consumer
