@@ -20,14 +20,27 @@ pytestmark = [pytest.mark.root, pytest.mark.apt]
 WINDOW_S = 3.0
 
 
+def _pause(ps, sig: signal.Signals) -> None:
+    """Send ``sig`` to every hog; after SIGSTOP, wait until each has stopped."""
+    for h in ps:
+        h.send_signal(sig)
+    if sig == signal.SIGSTOP:
+        time.sleep(0.1)
+
+
 def _measure(n_hogs: int, hogs, settle: float = 0.5):
     """Run ``n_hogs`` hogs; sample the same window with eBPF and /proc.
-    The hogs are SIGSTOPped 0.1 s before the window ends, so nothing is in
-    progress at its end: eBPF credits no open wait or slice up to the drain
-    (a wait whose switch-in fired no ``sched_switch`` stays open until the
-    next switch-out). Returns (pids, eBPF table, /proc table, {pid:
-    unseen_ns}): the last is the time eBPF could not split into wait and run
-    (``ThreadStats.unseen_ns``)."""
+
+    The hogs are SIGSTOPped across both edges of the window (the eBPF drain,
+    then the /proc sample, then SIGCONT at the start; SIGSTOP 0.1 s before
+    the drain and the sample at the end), so both sources see exactly the
+    same slices and waits: none runs or waits between the drain and the
+    sample (on a loaded machine this test's process can be held off the CPU
+    for a while there), and none is in progress at an edge (eBPF credits an
+    open wait or slice up to the drain, and a wait whose switch-in fired no
+    ``sched_switch`` stays open until the next switch-out). Returns (pids,
+    eBPF table, /proc table, {pid: unseen_ns}): the last is the time eBPF
+    could not split into wait and run (``ThreadStats.unseen_ns``)."""
     probe = SchedProbe()
     proc = ProcSampler()
     try:
@@ -35,12 +48,12 @@ def _measure(n_hogs: int, hogs, settle: float = 0.5):
             pids = {p.pid for p in ps}
             probe.set_tgids(pids)
             time.sleep(settle)
+            _pause(ps, signal.SIGSTOP)
             probe.drain()
             proc.sample(pids)
+            _pause(ps, signal.SIGCONT)
             time.sleep(WINDOW_S)
-            for h in ps:
-                h.send_signal(signal.SIGSTOP)
-            time.sleep(0.1)
+            _pause(ps, signal.SIGSTOP)
             d = probe.drain()
             p = proc.sample(pids)
             unseen: dict[int, int] = {}
