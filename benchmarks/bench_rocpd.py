@@ -90,7 +90,7 @@ def main() -> None:
     a = ap.parse_args()
     os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[-1]})
     db, csv, n = inputs(a.rows)
-    engines = ["adbc", "sqlite3"] if rocpd._adbc is not None else ["sqlite3"]
+    engines = ["adbc", "sqlite3"] if rocpd.HAVE_ADBC else ["sqlite3"]
     legs: dict[str, Callable[[], Iterable[pa.RecordBatch]]] = {}
     for e in engines:
         legs[f"rocpd {e} -> KERNEL_SPAN + launch join"] = (

@@ -119,13 +119,15 @@ async def _capture(opts: CaptureOptions, bus_cfg: BusConfig,
             pipe.add(gpu)
             bg.append(asyncio.create_task(pipe.run_collector(gpu, stop)))
         with bar(opts.progress) as shown:  # stderr only: stdout is for scripts
-            task = shown.add_task(f"capture {graph.name}", total=opts.iterations)
+            task = shown.add_task(f"capture {graph.name}", total=opts.iterations) \
+                if shown is not None else None
             while not ort_c.done:  # type: ignore[attr-defined]
                 with s.phases.time("run"):
                     await pipe.collect_once(ort_c)
                 if not pipe.health["ort"].up:
                     raise RuntimeError(pipe.health["ort"].last_error)
-                shown.update(task, completed=ort_c.runner.next_iteration)  # type: ignore[attr-defined]
+                if shown is not None and task is not None:
+                    shown.update(task, completed=ort_c.runner.next_iteration)  # type: ignore[attr-defined]
         await pipe.collect_once(sched)  # the last partial interval
         stop.set()
         await asyncio.gather(*bg)

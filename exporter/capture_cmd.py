@@ -19,10 +19,9 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-from rich.progress import Progress
 
 from collectors.base import CollectorContext, Emit, available, create
 from collectors.rocprof.clock import ClockMapper
@@ -42,6 +41,9 @@ from exporter.llm_bundle import RAW, write_saved
 from exporter.phases import Phases
 from exporter.progress import bar
 from exporter.session import Session, gpu_collector
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 
 def descendants(pid: int, proc: Path = Path("/proc")) -> set[int]:
@@ -92,7 +94,7 @@ async def capture_command(cmd: Sequence[str], out_parent: Path, bus_cfg: BusConf
 async def _capture_command(cmd: Sequence[str], out_parent: Path, bus_cfg: BusConfig,
                            bundle: BundleDir, rocprofv3: str, sched_interval_s: float,
                            pmc: Sequence[str], phases: Phases,
-                           shown: Progress) -> tuple[Path, dict[str, Any], int]:
+                           shown: Progress | None) -> tuple[Path, dict[str, Any], int]:
     s = await Session.open("capture", bus_cfg, phases)
     s.progress = shown
     try:

@@ -18,10 +18,9 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-from rich.progress import Progress
 
 from collectors.base import Collector, CollectorContext, Emit, create
 from collectors.rocprof.rejects import Rejects
@@ -39,6 +38,9 @@ from exporter.sinks.bundle import (
     write_json,
 )
 from stream_analytics.consumer import AnalyticsConsumer
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 log = logging.getLogger(__name__)
 

@@ -50,6 +50,8 @@ duplicate check run per pid.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import sqlite3
 import urllib.parse
 from collections.abc import Iterator, Sequence
@@ -66,15 +68,27 @@ from collectors.rocprof.launch import LAUNCH_FUNCTIONS, LaunchIndex, launch_call
 from collectors.rocprof.rejects import Rejects
 from exporter.schema import conform
 
-_adbc: Any
-try:
-    import adbc_driver_sqlite.dbapi as _adbc
-except ImportError:  # optional extra "rocpd"
-    _adbc = None
+HAVE_ADBC = importlib.util.find_spec("adbc_driver_sqlite") is not None
+"""``adbc-driver-sqlite`` (optional extra ``rocpd``) is installed. It is imported
+only when a database is read (:func:`_adbc`): 35-45 ms that a replay of CSVs,
+and every other command, does not pay at start."""
 
-_DB_ERRORS: tuple[type[Exception], ...] = (
-    (sqlite3.Error, UnicodeDecodeError) if _adbc is None
-    else (sqlite3.Error, UnicodeDecodeError, _adbc.Error))
+
+@functools.cache
+def _adbc() -> Any:
+    """The ``adbc_driver_sqlite.dbapi`` module (``None`` when not installed)."""
+    if not HAVE_ADBC:
+        return None
+    import adbc_driver_sqlite.dbapi as dbapi
+
+    return dbapi
+
+
+def _db_errors() -> tuple[type[Exception], ...]:
+    """What a broken database raises: ``sqlite3.Error``, undecodable text, and
+    ADBC's ``Error`` when the ADBC driver is installed."""
+    base: tuple[type[Exception], ...] = (sqlite3.Error, UnicodeDecodeError)
+    return base if _adbc() is None else (*base, _adbc().Error)
 
 SUPPORTED_SCHEMA_VERSIONS = frozenset({"3"})
 """``rocpd_metadata.schema_version`` values this reader knows."""
@@ -82,7 +96,7 @@ SUPPORTED_SCHEMA_VERSIONS = frozenset({"3"})
 BATCH_ROWS = 65536
 """Default rows per record batch."""
 
-ENGINE = "adbc" if _adbc is not None else "sqlite3"
+ENGINE = "adbc" if HAVE_ADBC else "sqlite3"
 """Default engine: ``"adbc"`` when ``adbc-driver-sqlite`` is installed."""
 
 REQUIRED_VIEWS = ("rocpd_metadata", "kernels", "regions")
@@ -191,7 +205,7 @@ def iter_query(path: Path, sql: str, *, batch_rows: int = BATCH_ROWS,
     types = types or {}
     fix = _Coerce(str(path), rejects if rejects is not None else Rejects())
     if engine == "adbc":
-        if _adbc is None:
+        if not HAVE_ADBC:
             raise RuntimeError("engine 'adbc' needs the adbc-driver-sqlite package")
         yield from _iter_adbc(path, sql, batch_rows, types, fix)
     else:
@@ -253,8 +267,7 @@ def _fit(v: Any, want: pa.DataType) -> Any:
 
 def _iter_adbc(path: Path, sql: str, batch_rows: int,
                types: dict[str, pa.DataType], fix: _Coerce) -> Iterator[pa.RecordBatch]:
-    assert _adbc is not None
-    with _adbc.connect(ro_uri(path)) as con, con.cursor() as cur:
+    with _adbc().connect(ro_uri(path)) as con, con.cursor() as cur:
         cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(batch_rows)})
         cur.execute(sql)
         for b in cur.fetch_record_batch():
@@ -299,7 +312,7 @@ def read_table(path: Path, name: str, *, engine: str | None = None,
     try:
         batches = list(iter_query(path, TABLE_SQL[name], engine=engine,
                                   types=_TABLE_TYPES[name], rejects=rejects))
-    except _DB_ERRORS as e:
+    except _db_errors() as e:
         raise RocpdError(f"{path}: reading {name}: {e}") from e
     if not batches:
         return _empty(TABLE_SQL[name], _TABLE_TYPES[name])
@@ -355,7 +368,7 @@ def iter_kernel_spans(path: Path, rejects: Rejects, *, batch_rows: int = BATCH_R
                     t = li.join(t, rejects, name)
                 if t.num_rows:
                     yield conform("kernel_span", t)
-    except _DB_ERRORS as e:
+    except _db_errors() as e:
         raise RocpdError(f"{path}: reading kernels: {e}") from e
 
 

@@ -17,7 +17,7 @@ from collectors.rocprof.rejects import Rejects
 from collectors.rocprof.replay import load_paths
 from tests.collectors.rocprof.rocpd_synthetic import DEFAULT_GUID, build_synthetic_rocpd
 
-ENGINES = ["sqlite3"] + (["adbc"] if rocpd._adbc is not None else [])
+ENGINES = ["sqlite3"] + (["adbc"] if rocpd.HAVE_ADBC else [])
 UUID = "_" + DEFAULT_GUID.replace("-", "_")
 
 
