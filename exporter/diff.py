@@ -49,7 +49,12 @@ from exporter.baselines import Baseline, checksum
 from exporter.extras import require
 from exporter.kernel_diff import KERNELS, compare_kernels, has_kernels
 from stream_analytics import thresholds as T
-from stream_analytics.bottleneck import RECOMMENDATIONS, classify, features_from_bundle
+from stream_analytics.bottleneck import (
+    classify,
+    device_of_bundle,
+    features_from_bundle,
+    recommendation,
+)
 
 _BOOT = 1000
 _ITERS = "metrics/inference_iters.parquet"
@@ -355,7 +360,8 @@ def _latency_diff(baseline: Path, session: Path,
     conf = 1.0 - p if regression else float(np.mean(boot <= threshold_pct))
     evidence = _evidence(baseline, session, len(lb), len(ls))
     top = next((e for e in evidence if e["score"] > 0), None)
-    sess_class = classify(features_from_bundle(session))
+    device = device_of_bundle(session)
+    sess_class = classify(features_from_bundle(session), device)
     cause_class = top["cause"] if top else (sess_class.label if regression else None)
     verdict: dict[str, Any] = {
         "mode": "latency",
@@ -371,7 +377,8 @@ def _latency_diff(baseline: Path, session: Path,
             "signal": top["signal"] if top else None,
             "evidence": [e for e in evidence if e["score"] > 0][:5],
         },
-        "recommendation": RECOMMENDATIONS[cause_class] if regression and cause_class else None,
+        "recommendation": (recommendation(cause_class, device) if regression and cause_class
+                           else None),
     }
     diff = {
         "mode": "latency",
@@ -386,7 +393,8 @@ def _latency_diff(baseline: Path, session: Path,
                  "alpha": T.DIFF_ALPHA, "ci": "Hodges-Lehmann shift, Moses 95%",
                  "bootstrap_resamples": _BOOT},
         "evidence": evidence,
-        "bottleneck": {"baseline": classify(features_from_bundle(baseline)).to_json(),
+        "bottleneck": {"baseline": classify(features_from_bundle(baseline),
+                                                device_of_bundle(baseline)).to_json(),
                        "session": sess_class.to_json()},
         "verdict": verdict,
     }  # fmt: skip
@@ -397,7 +405,8 @@ def _kernel_diff(baseline: Path, session: Path,
                  threshold_pct: float) -> tuple[dict[str, Any], dict[str, Any]]:
     k = compare_kernels(baseline, session, threshold_pct)
     regression, delta, top = k["regression"], k["kernel_time_delta_pct"], k["top"]
-    sess_class = classify(features_from_bundle(session))
+    device = device_of_bundle(session)
+    sess_class = classify(features_from_bundle(session), device)
     slower = [r for r in k["kernels"] if r["slower"]]
     cause_class = sess_class.label if regression else None
     verdict: dict[str, Any] = {
@@ -415,7 +424,7 @@ def _kernel_diff(baseline: Path, session: Path,
             "signal": f"kernel_median_ns[{top['key']}]" if top else None,
             "evidence": slower[:5],
         },
-        "recommendation": RECOMMENDATIONS.get(cause_class) if cause_class else None,
+        "recommendation": recommendation(cause_class, device) if cause_class else None,
     }
     diff = {
         "mode": "kernels",
@@ -425,7 +434,8 @@ def _kernel_diff(baseline: Path, session: Path,
                  "ci": "Hodges-Lehmann shift, Moses 95%", "unit": "kernel duration_ns"},
         **{key: k[key] for key in ("kernel_time_delta_pct", "top_n", "families", "kernels",
                                    "added", "removed")},
-        "bottleneck": {"baseline": classify(features_from_bundle(baseline)).to_json(),
+        "bottleneck": {"baseline": classify(features_from_bundle(baseline),
+                                                device_of_bundle(baseline)).to_json(),
                        "session": sess_class.to_json()},
         "verdict": verdict,
     }

@@ -307,11 +307,11 @@ def reclassify(out: Path) -> dict[str, Any]:
     import json
 
     from exporter.sinks.bundle import write_json
-    from stream_analytics.bottleneck import classify, features_from_bundle
+    from stream_analytics.bottleneck import classify, device_of_bundle, features_from_bundle
 
     path = out / "metrics/bottleneck.json"
     old = json.loads(path.read_text()) if path.is_file() else {}
-    verdict = classify(features_from_bundle(out)).to_json()
+    verdict = classify(features_from_bundle(out), device_of_bundle(out)).to_json()
     verdict.update(streaming_class=old.get("class"), roofline="roofline.json",
                    thresholds="stream_analytics/thresholds.py")
     write_json(path, verdict)

@@ -206,11 +206,16 @@ ANALYTICS_RESULT = pa.schema(
         pa.field("kar_source", pa.string()),  # ort_profiler, roctx, instrumented_iteration, kineto
         pa.field("latency_attached_mean_s", pa.float64()),  # iterations inside attach windows
         pa.field("latency_detached_mean_s", pa.float64()),  # and outside them (same key)
+        pa.field("device_type", pa.string()),  # "gpu": the pid ran a GPU kernel; else "cpu"
     ]
 )
 """One row per (host, pid, model) key each time its window is evaluated.
 ``kar_source`` names where the iterations that KAR counts come from (see
-``docs/metrics.md``); null when no iteration holds kernels."""
+``docs/metrics.md``); null when no iteration holds kernels. ``device_type``
+is ``"gpu"`` once the key's process has any kernel span of ``device_type``
+``"gpu"`` (KERNEL_SPAN), ``"cpu"`` when all of them ran on the CPU (the ORT CPU
+EP's graph nodes), null before any kernel span; it picks the recommendation
+of the bottleneck verdict."""
 
 DRIFT_STATUS = pa.schema(
     [

@@ -81,6 +81,43 @@ RECOMMENDATIONS: Mapping[str, str] = {
     ),
     "unknown": "Not enough signals to classify; enable more sources (profiler, /proc, SMI).",
 }
+"""Recommendation per class for a process that ran GPU kernels (or whose device
+is unknown)."""
+
+CPU_RECOMMENDATIONS: Mapping[str, str] = {
+    "launch-bound": (
+        "Operators run for microseconds and ORT's per-node overhead between them dominates: "
+        "fuse ops (ORT graph optimisation level ALL), raise the batch size, or lower "
+        "intra_op_num_threads (waking threads for tiny ops costs more than it saves)."
+    ),
+    "memory-bound": (
+        "Memory traffic dominates: quantise weights to int8 (onnxruntime.quantization), fuse "
+        "elementwise chains, keep the process and its memory on one NUMA node (numactl)."
+    ),
+    "compute-bound": (
+        "The cores are saturated with math: quantise to int8 (onnxruntime.quantization), set "
+        "intra_op_num_threads to the physical cores, or run the model on the GPU (MIGraphX or "
+        "ROCm execution provider, docs/execution-providers.md)."
+    ),
+}
+"""Recommendation per class for a process whose kernels all ran on the CPU (ORT's
+CPU execution provider): classes missing here read as in :data:`RECOMMENDATIONS`."""
+
+
+def recommendation(label: str, device: str | None = None) -> str:
+    """The recommendation for class ``label`` (one of :data:`CLASSES` or
+    ``"unknown"``) on ``device``: ``"cpu"`` (ANALYTICS_RESULT ``device_type``,
+    every kernel on the CPU) picks :data:`CPU_RECOMMENDATIONS`, anything else
+    :data:`RECOMMENDATIONS`. Raises ``KeyError`` for an unknown label.
+
+    >>> recommendation("compute-bound", "cpu").startswith("The cores are saturated")
+    True
+    >>> recommendation("compute-bound") == RECOMMENDATIONS["compute-bound"]
+    True
+    """
+    if device == "cpu" and label in CPU_RECOMMENDATIONS:
+        return CPU_RECOMMENDATIONS[label]
+    return RECOMMENDATIONS[label]
 
 # GAUGE_SAMPLE metric names as the gpu collector emits them (collectors/gpu/rows.py)
 GAUGE_UTILIZATION = "hw.gpu.utilization"  # unit 1, attr hw.gpu.task=general|memory|media
@@ -247,8 +284,10 @@ def _evaluate(label: str, f: Features) -> tuple[float, float, bool, list[Evidenc
     return score, avail / total, primary, ev
 
 
-def classify(features: Features) -> Verdict:
-    """Classify one window; never raises on missing signals (-> ``unknown``)."""
+def classify(features: Features, device: str | None = None) -> Verdict:
+    """Classify one window; never raises on missing signals (-> ``unknown``).
+    ``device`` (``"cpu"``, ``"gpu"`` or ``None``) picks the recommendation
+    (:func:`recommendation`), not the class."""
     res = {c: _evaluate(c, features) for c in CLASSES}
     scores = {c: r[0] * (0.5 + 0.5 * r[1]) for c, r in res.items()}
     pick: str | None = None
@@ -260,9 +299,10 @@ def classify(features: Features) -> Verdict:
         if work:
             pick = max(work, key=lambda c: scores[c])
     if pick is None:
-        return Verdict("unknown", 0.0, (), RECOMMENDATIONS["unknown"], scores, features)
+        return Verdict("unknown", 0.0, (), recommendation("unknown", device), scores, features)
     ev = sorted(res[pick][3], key=lambda e: (not e.met, -e.weight * abs(e.margin)))
-    return Verdict(pick, scores[pick], tuple(ev), RECOMMENDATIONS[pick], scores, features)
+    return Verdict(pick, scores[pick], tuple(ev), recommendation(pick, device), scores,
+                   features)
 
 
 # ------------------------------------------------------------------ feature extraction
@@ -481,6 +521,24 @@ def _read(path: Path) -> pa.Table | None:
     import pyarrow.parquet as pq  # bundles only: not in the daemon (~13 MB of RSS)
 
     return pq.read_table(path) if path.is_file() else None
+
+
+def device_of_bundle(path: Path) -> str | None:
+    """``"gpu"`` when the bundle's ``profiler/kernels.parquet`` has a kernel of
+    ``device_type`` ``"gpu"``, ``"cpu"`` when it has kernels and none is (a
+    null ``device_type`` is a CPU kernel, as in the trace), ``None`` without
+    kernels: the ``device`` of :func:`classify` for a whole session."""
+    import pyarrow.parquet as pq
+
+    f = Path(path) / "profiler" / "kernels.parquet"
+    if not f.is_file():
+        return None
+    if "device_type" not in pq.read_schema(f).names:
+        return "cpu" if pq.read_metadata(f).num_rows else None
+    col = pq.read_table(f, columns=["device_type"]).column("device_type")
+    if len(col) == 0:
+        return None
+    return "gpu" if pc.any(pc.equal(col.cast(pa.string()), "gpu")).as_py() else "cpu"
 
 
 def features_from_bundle(path: Path) -> Features:

@@ -445,6 +445,8 @@ class Analytics:
         self.nodes: dict[tuple[str, str], int] = {}  # (host, model) -> node_count
         self.sched: dict[tuple[str, int], deque[tuple[int, int, int, int]]] = {}
         self.comms: dict[tuple[str, int], str] = {}  # (host, pid) -> process comm
+        # (host, pid) -> device types of its kernel spans ("cpu", "gpu")
+        self.devices: dict[tuple[str, int], set[str]] = {}
         # (host, pid) -> recent rocprofv3 --attach windows (start_ns, end_ns)
         self.attach: dict[tuple[str, int], deque[tuple[int, int]]] = {}
         self.drops: Counter[str] = Counter()
@@ -456,6 +458,7 @@ class Analytics:
         if t.num_rows == 0:
             return
         if signal == "kernel_span":
+            self._devices(host, t)
             self._kernels(host, t)
         elif signal == "iteration_span":
             self._iterations(host, t)
@@ -501,6 +504,18 @@ class Analytics:
             for k, st in self.keys.items():
                 if k[0] == host and k[2] == model:
                     st.node_count = int(n)
+
+    def _devices(self, host: str, t: pa.Table) -> None:
+        """Note the device types (``device_type``, null = ``"cpu"``) each pid's
+        kernels ran on: one set update per (pid, device) of the batch."""
+        dcode, devs = _codes(t, "device_type", "cpu")
+        pid = _col(t, "pid", -1, t.num_rows).to_numpy()
+        if len(devs) == 1 and pid.min() == pid.max():
+            pairs: Any = [(pid[0], dcode[0])]
+        else:
+            pairs = np.unique(np.stack([pid, dcode.astype(np.int64)]), axis=1).T
+        for p, d in pairs:
+            self.devices.setdefault((host, int(p)), set()).add(devs[int(d)])
 
     def _kernels(self, host: str, t: pa.Table) -> None:
         """Fold a kernel batch in: kernels with an iteration (ORT, Kineto, roctx
@@ -841,6 +856,8 @@ class Analytics:
         row["kernel_count"] = kcount
         row["micro_kernel_count"] = sum(r.micro for r in recs)
         row["comm"] = self.comms.get((host, pid))
+        devs = self.devices.get((host, pid))
+        row["device_type"] = None if not devs else "gpu" if "gpu" in devs else "cpu"
         if not recs:
             if self.window_s is not None:  # a sched-only key: SII over the window
                 self._sii(row, host, pid, time.time_ns() - int(self.window_s * 1e9))
@@ -926,8 +943,9 @@ class Analytics:
         return pa.Table.from_pylist(rows, schema=ANALYTICS_RESULT)
 
     def _forget(self, now: int) -> None:
-        """Drop keys, scheduler samples and comms idle for ``forget_s`` (exited
-        processes); their Prometheus series then go after the sink's grace."""
+        """Drop keys, scheduler samples, comms and device types idle for
+        ``forget_s`` (exited processes); their Prometheus series then go after
+        the sink's grace."""
         if self.forget_s is None:
             return
         horizon = time.time_ns() - int(self.forget_s * 1e9)
@@ -941,6 +959,8 @@ class Analytics:
                    and (not dq or dq[-1][0] < horizon)]:
             del self.sched[hp]
             self.comms.pop(hp, None)
+        for hp in [hp for hp in self.devices if hp not in live and hp not in self.joins]:
+            del self.devices[hp]
 
     def _trim_sched(self) -> None:
         if self.window_s is None:
@@ -959,6 +979,7 @@ class Analytics:
             "nodes": [[h, m, n] for (h, m), n in self.nodes.items()],
             "sched": [[h, p, list(map(list, dq))] for (h, p), dq in self.sched.items()],
             "comms": [[h, p, c] for (h, p), c in self.comms.items()],
+            "devices": [[h, p, sorted(d)] for (h, p), d in self.devices.items()],
             "attach": [[h, p, list(map(list, dq))] for (h, p), dq in self.attach.items()],
             "sched_keys": self.sched_keys,
             "forget_s": self.forget_s,
@@ -994,6 +1015,7 @@ class Analytics:
         eng.joins = {(str(h), int(p)): PidJoin.from_dict(j) for h, p, j in d.get("joins", [])}
         eng.bucket_ns = int(d["bucket_ns"])
         eng.comms = {(h, int(p)): str(c) for h, p, c in d.get("comms", [])}
+        eng.devices = {(h, int(p)): set(v) for h, p, v in d.get("devices", [])}
         eng.attach = {(h, int(p)): deque(((int(a), int(b)) for a, b in v), maxlen=256)
                       for h, p, v in d.get("attach", [])}
         eng.nodes = {(h, m): int(n) for h, m, n in d["nodes"]}

@@ -129,7 +129,8 @@ class OnlineVerdicts:
             touched[row["host"]] = max(int(row["ts_ns"]), touched.get(row["host"], 0))
             if row["host"] not in host_gauges:
                 host_gauges[row["host"]] = self._host_gauge_features(row["host"])
-            v = classify(features_from_result(row, gauge_vals=host_gauges[row["host"]]))
+            v = classify(features_from_result(row, gauge_vals=host_gauges[row["host"]]),
+                         row.get("device_type"))
             verdicts.append({
                 "ts_ns": row["ts_ns"], "host": row["host"], "model": row.get("model"),
                 "pid": row.get("pid"), "label": v.label, "confidence": float(v.confidence),

@@ -14,6 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 from onnx import TensorProto, helper
 
+from stream_analytics.bottleneck import recommendation
+
 ROCPROF_V1 = Path(__file__).resolve().parents[2] / "collectors/rocprof/testdata"
 EXE = str(Path(sys.executable).parent / "aaco-exporter")
 
@@ -71,6 +73,13 @@ def test_capture_writes_the_bundle_and_kar_matches_orts_own_profile(
     kernels = pq.read_table(session / "profiler/kernels.parquet")
     assert kernels.num_rows == derived["kernel_count"]
     assert "KAR" in r.stdout and "LTS" in r.stdout and "SII" in r.stdout
+    # every kernel ran on ORT's CPU EP: the results say so, and the verdict's
+    # advice is the CPU one of its class
+    results = pq.read_table(session / "metrics/analytics.parquet")
+    assert set(results.column("device_type").to_pylist()) == {"cpu"}
+    verdict = json.loads((session / "metrics/bottleneck.json").read_text())
+    assert verdict["class"] is not None
+    assert verdict["recommendation"] == recommendation(verdict["class"], "cpu")
 
 
 def _string_input_model(path: Path) -> Path:

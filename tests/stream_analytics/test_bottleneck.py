@@ -11,8 +11,12 @@ import pytest
 
 from collectors.gpu.rows import Row, to_table
 from stream_analytics.bottleneck import (
+    CLASSES,
+    CPU_RECOMMENDATIONS,
+    RECOMMENDATIONS,
     Features,
     classify,
+    device_of_bundle,
     features_from_bundle,
     gauge_features,
 )
@@ -179,3 +183,48 @@ def test_features_from_per_batch_parts_equal_those_of_the_whole_window(fname: st
     assert whole
     assert features_from_parts([gauge_parts(b) for b in batches]) == whole
     assert features_from_parts([]) == {} == gauge_features(snap.slice(0, 0))
+
+
+@pytest.mark.parametrize("features", [
+    Features(micro_kernel_share=0.95, launch_tax=2.0, active_ratio=0.3),  # launch-bound
+    Features(roofline_memory_share=0.9, roofline_compute_share=0.1),  # memory-bound
+    Features(roofline_memory_share=0.1, roofline_compute_share=0.9),  # compute-bound
+    Features(micro_kernel_share=0.95, launch_tax=2.0, sii=0.5),  # cpu-bound
+])
+def test_the_device_picks_the_recommendation_not_the_class(features: Features) -> None:
+    """The same signals get the same class and confidence on any device; a
+    process whose kernels all ran on the CPU gets CPU advice (no MI300 or
+    hipBLASLt for the ORT CPU EP) where the class has one, GPU advice
+    otherwise, and a GPU or unknown device the GPU advice."""
+    gpu, cpu, unknown = (classify(features, d) for d in ("gpu", "cpu", None))
+    assert gpu.label == cpu.label == unknown.label != "unknown"
+    assert gpu.confidence == cpu.confidence
+    assert gpu.recommendation == unknown.recommendation == RECOMMENDATIONS[gpu.label]
+    assert cpu.recommendation == CPU_RECOMMENDATIONS.get(cpu.label, RECOMMENDATIONS[cpu.label])
+    if cpu.label in ("memory-bound", "compute-bound", "launch-bound"):
+        assert cpu.recommendation != gpu.recommendation
+        gpu_words = ("MI300", "hipBLASLt", "HIP", "MIGraphX fusion")
+        assert not any(w in cpu.recommendation for w in gpu_words)
+    assert set(CPU_RECOMMENDATIONS) < set(CLASSES)
+
+
+def test_device_of_bundle_reads_the_kernels_device_type(tmp_path: Path) -> None:
+    """``"gpu"`` with any GPU kernel, ``"cpu"`` when none is (a null device
+    type is a CPU kernel, as is every row of a table without the column),
+    ``None`` with no kernels or no kernels.parquet."""
+    import pyarrow.parquet as pq
+
+    def bundle(name: str, table: pa.Table | None) -> Path:
+        d = tmp_path / name
+        (d / "profiler").mkdir(parents=True)
+        if table is not None:
+            pq.write_table(table, d / "profiler" / "kernels.parquet")
+        return d
+
+    assert device_of_bundle(bundle("mixed", pa.table({"device_type": ["cpu", None, "gpu"]}))) \
+        == "gpu"
+    assert device_of_bundle(bundle("cpu", pa.table({"device_type": ["cpu", None]}))) == "cpu"
+    assert device_of_bundle(bundle("old", pa.table({"start_ns": [1]}))) == "cpu"
+    assert device_of_bundle(bundle("empty", pa.table({"device_type": pa.array([], pa.string())}))) \
+        is None
+    assert device_of_bundle(bundle("none", None)) is None

@@ -152,3 +152,26 @@ def test_vectorised_segmented_union_equals_the_per_group_union() -> None:
         for j, (a, c) in enumerate(zip(idx, counts, strict=True)):
             want_busy, want_max = _busy_union(start[a:a + c], end[a:a + c], int(carry[j]))
             assert (int(busy[j]), int(new[j])) == (want_busy, max(want_max, int(carry[j])))
+
+
+def test_device_type_is_cpu_until_the_pid_runs_a_gpu_kernel_and_survives_a_checkpoint() -> None:
+    """ANALYTICS_RESULT ``device_type``: null for a key with no kernel span,
+    ``"cpu"`` while every kernel of its pid ran on the CPU (ORT CPU EP nodes;
+    a null ``device_type`` counts as CPU), ``"gpu"`` from the pid's first
+    GPU kernel on, whichever of its keys that kernel went to; a checkpoint
+    round trip keeps it, and another pid is not affected."""
+    eng = Analytics(window_s=None)
+    eng.ingest("iteration_span", "h", _iters([(0, 0, 100)]))
+    assert eng.evaluate(("h", 7, "m"))["device_type"] is None
+    eng.ingest("kernel_span", "h", _kernels([(0, 10, 40, "gemm"), (0, 50, 60, "copy")],
+                                            device_type=["cpu", None]))
+    eng.ingest("kernel_span", "h", _kernels([(0, 10, 20, "gemm")], pid=8,
+                                            device_type=["cpu"]))
+    assert eng.evaluate(("h", 7, "m"))["device_type"] == "cpu"
+    eng.ingest("kernel_span", "h", _kernels([(1, 200, 250, "gemm")], model="other",
+                                            device_type=["gpu"]))
+    back = Analytics.from_dict(json.loads(json.dumps(eng.to_dict())))
+    for e in (eng, back):
+        assert e.evaluate(("h", 7, "m"))["device_type"] == "gpu"
+        assert e.evaluate(("h", 7, "other"))["device_type"] == "gpu"
+        assert e.evaluate(("h", 8, "m"))["device_type"] == "cpu"

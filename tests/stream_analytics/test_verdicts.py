@@ -11,6 +11,7 @@ from collectors.gpu.rocm_smi import parse_rocm_smi
 from collectors.gpu.rows import to_table
 from exporter.schema import ANALYTICS_RESULT
 from stream_analytics import thresholds as T
+from stream_analytics.bottleneck import CPU_RECOMMENDATIONS, RECOMMENDATIONS
 from stream_analytics.verdicts import OnlineVerdicts
 
 SMI = (Path(__file__).resolve().parents[2] / "collectors" / "gpu" / "testdata" / "smi"
@@ -97,3 +98,18 @@ def test_online_verdict_reads_real_smi_gauges_of_the_host() -> None:
     signals = {e["signal"]: e["value"] for e in json.loads(v["evidence_json"])}
     assert signals["throttle_residency"] == 0.5  # 1 of 2 cards throttled
     assert signals["power_cap_ratio"] == (276 + 300) / 2 / 300
+
+
+def test_verdict_recommendation_follows_the_results_device_type() -> None:
+    """Two keys with the same signals (micro kernels, high launch tax): the one
+    whose process ran GPU kernels gets the GPU advice, the CPU-only one (ORT
+    CPU EP) the CPU advice, with the same label."""
+    rows = [{"ts_ns": 1, "host": "h", "model": "m", "pid": pid, "kernel_count": 100,
+             "micro_kernel_count": 95, "launch_tax": 2.0, "gpu_active_ratio": 0.3,
+             "kernel_spans_total": 100, "iterations_total": 0, "device_type": dev}
+            for pid, dev in ((1, "gpu"), (2, "cpu"))]
+    _, verdicts = OnlineVerdicts().update(pa.Table.from_pylist(rows, schema=ANALYTICS_RESULT))
+    by_pid = {v["pid"]: v for v in verdicts.to_pylist()}
+    assert by_pid[1]["label"] == by_pid[2]["label"] == "launch-bound"
+    assert by_pid[1]["recommendation"] == RECOMMENDATIONS["launch-bound"]
+    assert by_pid[2]["recommendation"] == CPU_RECOMMENDATIONS["launch-bound"]
