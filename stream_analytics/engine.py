@@ -255,12 +255,19 @@ def _col(t: pa.Table, name: str, default: Any, n: int) -> pa.Array:
 
 def _dict_col(t: pa.Table, name: str, default: str, n: int) -> pa.Array:
     """String or dictionary column ``name`` as ``dictionary<int32, string>``,
-    nulls (and a missing column) as ``default``. A dictionary column without
-    nulls is kept as it is: no string per row."""
+    nulls (and a missing column) as ``default``. A dictionary column is kept
+    as it is, its null rows given the index of ``default`` (appended to the
+    dictionary when absent): no string per row (a GPU trace's ``model`` is
+    null on every row; hashing 2M empty strings took 78 ms)."""
     if name in t.column_names:
         c = t.column(name).combine_chunks()
-        if pa.types.is_dictionary(c.type) and not c.null_count \
-                and not c.dictionary.null_count:
+        if pa.types.is_dictionary(c.type) and not c.dictionary.null_count:
+            if c.null_count:
+                d = c.dictionary.cast(pa.string())
+                k = pc.index(d, default).as_py()
+                if k < 0:
+                    d, k = pa.concat_arrays([d, pa.array([default], pa.string())]), len(d)
+                c = pa.DictionaryArray.from_arrays(c.indices.cast(pa.int32()).fill_null(k), d)
             return c if c.type == _DICT else c.cast(_DICT)
     return pc.dictionary_encode(_col(t, name, default, n).cast(pa.string())).cast(_DICT)
 

@@ -73,3 +73,23 @@ def test_a_checkpoint_with_plain_string_held_kernels_loads() -> None:
     for e in restored:  # more kernels join those restored
         e.ingest("kernel_span", "h", _kernels(True, 1000))
     assert _settled(restored[0]) == _settled(restored[1])
+
+
+def test_null_rows_of_a_dictionary_column_take_the_default_without_a_string_per_row() -> None:
+    """``_dict_col`` keeps a dictionary column's codes and gives its null rows
+    the default's code: reused when the dictionary has it, appended when not,
+    whatever the index width; an all-null column (a GPU trace's ``model``)
+    becomes one code of the default."""
+    from stream_analytics.engine import _DICT, _dict_col
+
+    has = pa.DictionaryArray.from_arrays(pa.array([0, None, 1, None], pa.int8()),
+                                         pa.array(["a", ""]))
+    got = _dict_col(pa.table({"m": has}), "m", "", 4)
+    assert got.type == _DICT and got.to_pylist() == ["a", "", "", ""]
+    assert got.dictionary.to_pylist() == ["a", ""]  # the default's code reused
+    got = _dict_col(pa.table({"m": has}), "m", "other", 4)
+    assert got.to_pylist() == ["a", "other", "", "other"]
+    assert got.dictionary.to_pylist() == ["a", "", "other"]
+    none = pa.DictionaryArray.from_arrays(pa.nulls(3, pa.int32()), pa.array([], pa.string()))
+    got = _dict_col(pa.table({"m": none}), "m", "", 3)
+    assert got.to_pylist() == ["", "", ""] and got.dictionary.to_pylist() == [""]
