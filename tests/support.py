@@ -53,6 +53,16 @@ def make_pki(d: Path) -> dict[str, Path]:
     return {n: d / n for n in ("ca.crt", "server.crt", "server.key", "client.crt", "client.key")}
 
 
+def die_with_parent() -> None:
+    """``preexec_fn`` for a busy child: the kernel kills it (SIGKILL) when the
+    process that started it dies (``prctl(PR_SET_PDEATHSIG)``), so a test run
+    killed from outside leaves no CPU hog behind to slow what runs next."""
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+
+
 def stop_process(proc: subprocess.Popen[Any], timeout: float = 30) -> None:
     """SIGTERM ``proc`` and wait up to ``timeout`` s; SIGKILL it if it is still up."""
     proc.terminate()

@@ -17,6 +17,7 @@ from collectors.base import CollectorContext, Emit, create
 from exporter.bus import BusConfig
 from exporter.natsserver import EmbeddedNats
 from exporter.pipeline import Pipeline
+from tests.support import die_with_parent
 
 
 class Finder:
@@ -56,7 +57,8 @@ def test_a_grown_watch_set_calls_the_scheduler_collector_at_once(
     finder adds a busy child's pid (``early_collects`` 1), none when it
     removes it or calls again without a change; the next sample then has the
     child's threads with their run time since that early call."""
-    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                             preexec_fn=die_with_parent)
     try:
         async def go() -> None:
             pids: set[int] = set()

@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 import pytest
 
 from stream_analytics.sii import SII
+from tests.support import die_with_parent
 
 HOG = "while True: pass"
 GATED_HOG = "import sys\nsys.stdin.readline()\nwhile True: pass"
@@ -19,17 +20,18 @@ GATED_HOG = "import sys\nsys.stdin.readline()\nwhile True: pass"
 
 @contextmanager
 def cpu_hogs(n: int, gated: bool = False) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """``n`` busy-looping Python processes, killed on exit. ``gated`` ones
+    """``n`` busy-looping Python processes, killed on exit (and by the kernel
+    if this process dies first: :func:`tests.support.die_with_parent`). ``gated`` ones
     block reading a line from stdin before they spin (see :func:`release`)."""
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for _ in range(n):
             if gated:
-                procs.append(
-                    subprocess.Popen([sys.executable, "-c", GATED_HOG], stdin=subprocess.PIPE)
-                )
+                procs.append(subprocess.Popen([sys.executable, "-c", GATED_HOG],
+                                              stdin=subprocess.PIPE, preexec_fn=die_with_parent))
             else:
-                procs.append(subprocess.Popen([sys.executable, "-c", HOG]))
+                procs.append(subprocess.Popen([sys.executable, "-c", HOG],
+                                              preexec_fn=die_with_parent))
         yield procs
     finally:
         for p in procs:
