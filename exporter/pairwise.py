@@ -12,6 +12,11 @@ suffix lengths counts them. The k-th smallest difference is the smallest
 ``d`` with at least ``k + 1`` pairs at or below it; it is found by bisecting
 ``d`` over the totally ordered integer image of the float64 bit patterns
 (at most 64 probes), so the answer is exactly one of the differences.
+
+Up to :data:`DIRECT_MAX_PAIRS` pairs the differences are computed outright
+and the statistics taken with ``np.partition``: the same values, without
+the probes' thousands of small numpy calls (8 against 8 values: 34 ms
+bisecting).
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ import numpy.typing as npt
 
 F64 = npt.NDArray[np.float64]
 _SIGN = np.int64(-(2**63))
+
+DIRECT_MAX_PAIRS = 1 << 20
+"""Pairs (8 MiB of float64) up to which :func:`kth_diffs` builds the matrix."""
 
 
 def _key(v: float) -> int:
@@ -52,11 +60,14 @@ def count_le(x: F64, y: F64, d: float) -> int:
     return int(m * len(x) - lo.sum())
 
 
-def kth_diffs(x: npt.ArrayLike, y: npt.ArrayLike, ks: Sequence[int]) -> list[float]:
+def kth_diffs(x: npt.ArrayLike, y: npt.ArrayLike, ks: Sequence[int],
+              direct_max_pairs: int | None = None) -> list[float]:
     """The ``k``-th smallest (0-based) of all ``x[i] - y[j]``, for each ``k`` in ``ks``.
 
     Inputs are converted to float64 and must be finite and non-empty;
-    ``ValueError`` otherwise, or for ``k`` outside ``[0, n * m)``.
+    ``ValueError`` otherwise, or for ``k`` outside ``[0, n * m)``. Up to
+    ``direct_max_pairs`` pairs (default :data:`DIRECT_MAX_PAIRS`) from the
+    matrix, else by bisection: the same values either way.
 
     >>> kth_diffs([1.0, 5.0], [0.0, 2.0], [0, 1, 2, 3])
     [-1.0, 1.0, 3.0, 5.0]
@@ -68,11 +79,16 @@ def kth_diffs(x: npt.ArrayLike, y: npt.ArrayLike, ks: Sequence[int]) -> list[flo
     if not (np.isfinite(xs).all() and np.isfinite(ys).all()):
         raise ValueError("samples must be finite")
     total = len(xs) * len(ys)
-    lo0, hi0 = _key(float(xs[0] - ys[-1])), _key(float(xs[-1] - ys[0]))
-    out = []
     for k in ks:
         if not 0 <= k < total:
             raise ValueError(f"k={k} outside [0, {total})")
+    limit = DIRECT_MAX_PAIRS if direct_max_pairs is None else direct_max_pairs
+    if total <= limit:
+        part = np.partition(np.subtract.outer(xs, ys).ravel(), sorted(set(ks)))
+        return [float(part[k]) for k in ks]
+    lo0, hi0 = _key(float(xs[0] - ys[-1])), _key(float(xs[-1] - ys[0]))
+    out = []
+    for k in ks:
         lo, hi = lo0, hi0  # invariant: count_le(value(hi)) >= k + 1
         while lo < hi:
             mid = (lo + hi) // 2

@@ -158,3 +158,27 @@ def test_moses_interval_uses_the_exact_critical_value_for_small_samples() -> Non
             dd = np.sort(np.subtract.outer(x[:n1], y[:n2]).ravel())
             k = int(np.flatnonzero(dd == lo)[0])
             assert 1 - 2 * cum[k] >= 0.95 and 1 - 2 * cum[k + 1] < 0.95, (n1, n2)
+
+
+def test_moses_interval_with_tied_values_still_covers_the_true_shift() -> None:
+    """Latencies come rounded (ORT's profile is in whole microseconds), so
+    samples tie. The closed interval [k-th, (N-1-k)-th difference] with the
+    no-ties critical value stays conservative then: with values rounded to a
+    grid as coarse as 0.5-2 standard deviations (many ties) and the true
+    shift on that grid, it contains the shift in at least 95% of 400 seeded
+    trials per case, small samples (the exact critical value) and large
+    (the normal one) alike. (Measured once at 2,000 trials: 99.4-100%.)"""
+    import numpy as np
+
+    from exporter.diff import shift_ci
+
+    rng = np.random.default_rng(7)
+    for n1, n2, grid, shift in [(8, 8, 1.0, 0.0), (20, 20, 1.0, 1.0), (30, 10, 0.5, 0.5),
+                                (12, 12, 1.0, 2.0), (70, 70, 2.0, 0.0)]:
+        covered = 0
+        for _ in range(400):
+            b = np.round(rng.normal(10, 1, n2) / grid) * grid
+            s = np.round((rng.normal(10, 1, n1) + shift) / grid) * grid
+            lo, _, hi = shift_ci(s, b)
+            covered += lo <= shift <= hi
+        assert covered >= 0.95 * 400, (n1, n2, grid, shift, covered)

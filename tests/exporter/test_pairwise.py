@@ -15,9 +15,14 @@ shift_ci_matrix = load_path("aaco_bench_diff", ROOT / "benchmarks/bench_diff.py"
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_shift_ci_identical_to_matrix_version(seed: int) -> None:
+def test_shift_ci_identical_to_matrix_version(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Random latencies of a few hundred values (some with heavy ties, some
-    negative, odd and even pair counts, several levels): identical triples."""
+    negative, odd and even pair counts, several levels): identical triples,
+    from the matrix (odd seeds) and from the bisection (even seeds)."""
+    from exporter import pairwise
+
+    if seed % 2 == 0:
+        monkeypatch.setattr(pairwise, "DIRECT_MAX_PAIRS", 0)
     rng = np.random.default_rng(seed)
     a = rng.lognormal(13, 0.5, int(rng.integers(3, 400)))
     b = rng.lognormal(13.05, 0.5, int(rng.integers(3, 400)))
@@ -30,11 +35,15 @@ def test_shift_ci_identical_to_matrix_version(seed: int) -> None:
 
 
 def test_kth_diffs_every_rank_matches_the_sorted_matrix() -> None:
-    """All n*m ranks of a small sample equal the sorted matrix entries."""
+    """All n*m ranks of a small sample equal the sorted matrix entries, by
+    bisection and from the matrix, in any order of the ranks asked for."""
     rng = np.random.default_rng(3)
     x, y = rng.normal(0, 1e-3, 17) + 1.0, rng.normal(0, 1e-3, 13) + 1.0
     ref = np.sort(np.subtract.outer(x, y).ravel())
-    assert kth_diffs(x, y, list(range(ref.size))) == [float(v) for v in ref]
+    ranks = list(range(ref.size))
+    assert kth_diffs(x, y, ranks, direct_max_pairs=0) == [float(v) for v in ref]
+    assert kth_diffs(x, y, ranks) == [float(v) for v in ref]
+    assert kth_diffs(x, y, [5, 0, 5]) == [float(ref[5]), float(ref[0]), float(ref[5])]
 
 
 def test_count_le_counts_pairs_at_or_below() -> None:
@@ -51,8 +60,9 @@ def test_kth_diffs_rejects_empty_nonfinite_and_bad_rank() -> None:
         kth_diffs([], [1.0], [0])
     with pytest.raises(ValueError):
         kth_diffs([np.nan], [1.0], [0])
-    with pytest.raises(ValueError):
-        kth_diffs([1.0], [1.0], [1])
+    for direct in (0, None):
+        with pytest.raises(ValueError):
+            kth_diffs([1.0], [1.0], [1], direct_max_pairs=direct)
 
 
 @pytest.mark.parametrize(("n", "max_values"), [(3001, 64 * 3001), (3001, 7 * 3001 + 5), (17, 1)])
