@@ -15,8 +15,8 @@ suffix lengths counts them. The k-th smallest difference is the smallest
 
 Up to :data:`DIRECT_MAX_PAIRS` pairs the differences are computed outright
 and the statistics taken with ``np.partition``: the same values, without
-the probes' thousands of small numpy calls (8 against 8 values: 34 ms
-bisecting).
+the probes' thousands of small numpy calls (8 against 8 values: 27 ms
+bisecting, 0.2 ms so).
 """
 
 from __future__ import annotations
@@ -83,6 +83,8 @@ def kth_diffs(x: npt.ArrayLike, y: npt.ArrayLike, ks: Sequence[int],
         if not 0 <= k < total:
             raise ValueError(f"k={k} outside [0, {total})")
     limit = DIRECT_MAX_PAIRS if direct_max_pairs is None else direct_max_pairs
+    if not ks:
+        return []
     if total <= limit:
         part = np.partition(np.subtract.outer(xs, ys).ravel(), sorted(set(ks)))
         return [float(part[k]) for k in ks]

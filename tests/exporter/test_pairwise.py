@@ -44,6 +44,7 @@ def test_kth_diffs_every_rank_matches_the_sorted_matrix() -> None:
     assert kth_diffs(x, y, ranks, direct_max_pairs=0) == [float(v) for v in ref]
     assert kth_diffs(x, y, ranks) == [float(v) for v in ref]
     assert kth_diffs(x, y, [5, 0, 5]) == [float(ref[5]), float(ref[0]), float(ref[5])]
+    assert kth_diffs(x, y, []) == kth_diffs(x, y, [], direct_max_pairs=0) == []
 
 
 def test_count_le_counts_pairs_at_or_below() -> None:
