@@ -55,7 +55,8 @@ def make_pki(d: Path) -> dict[str, Path]:
 
 def die_with_parent() -> None:
     """``preexec_fn`` for a busy child: the kernel kills it (SIGKILL) when the
-    process that started it dies (``prctl(PR_SET_PDEATHSIG)``), so a test run
+    thread that started it exits (``prctl(PR_SET_PDEATHSIG)``: start it from
+    pytest's main thread, not from a worker that ends first), so a test run
     killed from outside leaves no CPU hog behind to slow what runs next."""
     import ctypes
     import signal
