@@ -1,6 +1,7 @@
 """``AnalyticsConsumer._fold``: consecutive ``kernel_span`` messages of one
-host in a fetch are folded as one table, in order with the other signals;
-a fold that raises drops its messages, each counted as ``bad_values``."""
+host in a fetch are folded as one table of at most ``FOLD_ROWS`` rows, in
+order with the other signals; a fold that raises drops its messages, each
+counted as ``bad_values``."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import asyncio
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 from exporter.bus import Bus, BusConfig
 from exporter.natsserver import EmbeddedNats
 from exporter.schema import ITERATION_SPAN
+from stream_analytics import consumer
 from stream_analytics.consumer import AnalyticsConsumer
 from tests.support import synthetic_kernel_spans
 
@@ -81,3 +84,15 @@ def test_a_fold_that_raises_drops_and_counts_each_of_its_messages(
     assert calls == [("kernel_span", 50), ("iteration_span", 1), ("kernel_span", 20)]
     assert drops == {"bad_values": 5}
     assert total == 20
+
+
+def test_a_fold_takes_at_most_fold_rows_kernels(nats_server: EmbeddedNats,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``FOLD_ROWS`` = 30 the 5 kernel messages of 10 rows before the
+    iteration are folded as 30 + 20 rows; nothing is lost."""
+    monkeypatch.setattr(consumer, "FOLD_ROWS", 30)
+    fetched, calls, drops, total = asyncio.run(_run(nats_server.url, None))
+    assert fetched == 8
+    assert calls == [("kernel_span", 30), ("kernel_span", 20), ("iteration_span", 1),
+                     ("kernel_span", 20)]
+    assert (drops, total) == ({}, 70)
