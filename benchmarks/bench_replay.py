@@ -347,7 +347,8 @@ def main() -> None:
             f"{'met' if ok else 'NOT met'}")
         if a.baseline_ref:
             ref = median(trees[0][0], rows)
-            say(f"vs {ref.code} at {rows:,} rows{of}: wall {ref.wall_s / r.wall_s:.2f}x "
+            med = f" (median of {a.repeat})" if a.repeat > 1 else ""
+            say(f"vs {ref.code} at {rows:,} rows{med}: wall {ref.wall_s / r.wall_s:.2f}x "
                 f"faster, CPU {ref.cpu_s / r.cpu_s:.2f}x less, peak RSS "
                 f"{ref.peak_rss_bytes / 2**20:.0f} -> {r.peak_rss_bytes / 2**20:.0f} MiB")
     for r in runs:
