@@ -517,10 +517,16 @@ def features_from_window(
     return Features(**{k: v for k, v in vals.items() if k in names})
 
 
-def _read(path: Path) -> pa.Table | None:
+KERNEL_FEATURE_COLUMNS = ("start_ns", "end_ns", "duration_ns")
+"""The KERNEL_SPAN columns :func:`kernel_features` reads: all that
+:func:`features_from_bundle` loads of ``profiler/kernels.parquet``."""
+
+
+def _read(path: Path, columns: Sequence[str] | None = None) -> pa.Table | None:
     import pyarrow.parquet as pq  # bundles only: not in the daemon (~13 MB of RSS)
 
-    return pq.read_table(path) if path.is_file() else None
+    return pq.read_table(path, columns=None if columns is None else list(columns)) \
+        if path.is_file() else None
 
 
 def device_of_bundle(path: Path) -> str | None:
@@ -544,10 +550,11 @@ def device_of_bundle(path: Path) -> str | None:
 def features_from_bundle(path: Path) -> Features:
     """Features of a whole session bundle directory.
 
-    Reads ``profiler/kernels.parquet``, ``telemetry/system_events.parquet``,
-    ``telemetry/gauges.parquet``, ``metrics/derived_metrics.json`` and
-    ``roofline.json``; each may be absent. Raises ``FileNotFoundError`` if
-    ``path`` is not a directory.
+    Reads ``profiler/kernels.parquet`` (its :data:`KERNEL_FEATURE_COLUMNS`
+    only: the whole table of a 2M-kernel bundle took about 260 MB),
+    ``telemetry/system_events.parquet``, ``telemetry/gauges.parquet``,
+    ``metrics/derived_metrics.json`` and ``roofline.json``; each may be
+    absent. Raises ``FileNotFoundError`` if ``path`` is not a directory.
     """
     path = Path(path)
     if not path.is_dir():
@@ -556,7 +563,7 @@ def features_from_bundle(path: Path) -> Features:
     derived = json.loads(dm.read_text()) if dm.is_file() else None
     rl = path / "roofline.json"
     return features_from_window(
-        _read(path / "profiler" / "kernels.parquet"),
+        _read(path / "profiler" / "kernels.parquet", KERNEL_FEATURE_COLUMNS),
         _read(path / "telemetry" / "system_events.parquet"),
         _read(path / "telemetry" / "gauges.parquet"),
         derived,
