@@ -73,15 +73,33 @@ def has_kernels(bundle: Path) -> bool:
     return p.is_file() and pq.ParquetFile(p).metadata.num_rows > 0
 
 
+def _codes(col: pa.ChunkedArray) -> tuple[list[str], I64]:
+    """Distinct values of a string or dictionary column (nulls as
+    ``"(none)"``) and each row's index into them. A dictionary column (the
+    bundle's ``kernel_name`` and ``kernel_family``) is read through its
+    dictionary: no string per row (a 2M-row bundle's names as strings took
+    about 130 MB per side)."""
+    if not pa.types.is_dictionary(col.type):
+        col = pc.dictionary_encode(col)
+    arr = col.unify_dictionaries().combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    values = [str(v) if v is not None else "(none)" for v in arr.dictionary.to_pylist()]
+    values.append("(none)")  # the code of a null row
+    first: dict[str, int] = {}
+    remap = np.array([first.setdefault(v, len(first)) for v in values], dtype=np.int64)
+    idx = pc.fill_null(arr.indices.cast(pa.int64()), len(values) - 1)
+    codes = remap[idx.to_numpy(zero_copy_only=False)]
+    used = np.bincount(codes, minlength=len(first)) > 0  # values some row has
+    keys = [v for v, k in first.items() if used[k]]
+    return keys, (np.cumsum(used) - 1)[codes]
+
+
 def _group(t: pa.Table, column: str) -> Groups:
-    col = pc.cast(t.column(column), pa.string()).combine_chunks()
-    enc = pc.dictionary_encode(pc.fill_null(col, "(none)"))
-    codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    keys, codes = _codes(t.column(column))
     dur = t.column("duration_ns").to_numpy().astype(np.int64)
     order = np.argsort(codes, kind="stable")
-    counts = np.bincount(codes, minlength=len(enc.dictionary))
+    counts = np.bincount(codes, minlength=len(keys))
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    return Groups([str(k) for k in enc.dictionary.to_pylist()], offsets, dur[order])
+    return Groups(keys, offsets, dur[order])
 
 
 def read_groups(bundle: Path) -> tuple[Groups, Groups]:

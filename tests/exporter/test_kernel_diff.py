@@ -10,10 +10,11 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from exporter.diff import diff_sessions, main_diff
-from exporter.kernel_diff import TOP_N, compare_kernels, read_groups
+from exporter.kernel_diff import TOP_N, Groups, _group, compare_kernels, read_groups
 from tests.exporter.replayed import FINITE_DIFF, ROOT, SEISMIC, replay, run_cli, slowed_copy
 
 SLOWED = "compute_fd_z_kernel"
@@ -120,3 +121,26 @@ def test_capture_command_bundles_are_compared_by_kernels(tmp_path: Path) -> None
         want = Counter(r["Kernel_Name"] for r in csv.DictReader(f)
                        if r["Kind"] == "KERNEL_DISPATCH")
     assert {r["key"]: r["session"]["count"] for r in rows} == dict(want)
+
+
+def _by_key(g: Groups) -> dict[str, list[int]]:
+    return {k: g.get(k).tolist() for k in g.keys}  # type: ignore[union-attr]
+
+
+def test_groups_of_a_dictionary_column_equal_those_of_its_strings() -> None:
+    """A dictionary column is grouped through its dictionary: chunks with
+    different dictionaries, a value no row has and null rows give the same
+    keys (nulls as "(none)", no unused value) and the same durations, in row
+    order, as the same column read as plain strings."""
+    d = pa.dictionary(pa.int32(), pa.string())
+    name = pa.chunked_array([
+        pa.DictionaryArray.from_arrays(pa.array([0, 1, 0, None], pa.int32()),
+                                       pa.array(["a", "b", "unused"])),
+        pa.DictionaryArray.from_arrays(pa.array([0, 1, 1], pa.int32()), pa.array(["b", "a"])),
+    ], type=d)
+    dur = pa.chunked_array([[10, 20, 30, 40], [50, 60, 70]], type=pa.int64())
+    as_dict = _group(pa.table({"kernel_name": name, "duration_ns": dur}), "kernel_name")
+    as_str = _group(pa.table({"kernel_name": name.cast(pa.string()), "duration_ns": dur}),
+                    "kernel_name")
+    assert _by_key(as_dict) == _by_key(as_str) == {
+        "a": [10, 30, 60, 70], "b": [20, 50], "(none)": [40]}
