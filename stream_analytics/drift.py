@@ -36,11 +36,11 @@ from __future__ import annotations
 import json
 import logging
 import math
+import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, Self
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -106,9 +106,11 @@ class _RobustStandardizer:
         if self.center is None or self.scale is None:
             self._buf.append(float(x))
             if len(self._buf) >= self.grace_period:
-                a = np.asarray(self._buf)
-                med = float(np.median(a))
-                mad = 1.4826 * float(np.median(np.abs(a - med)))
+                # statistics.median, not np.median: the same values for the few
+                # finite samples here, and np.median's NaN check imports numpy.ma
+                # (55 ms of CPU and 3 MB in a daemon that has no other use for it)
+                med = statistics.median(self._buf)
+                mad = 1.4826 * statistics.median([abs(v - med) for v in self._buf])
                 # floor: min_rel_scale of the level (T.DRIFT_MIN_REL_SCALE), and 1e-12
                 # so constant streams at 0 stay finite
                 self.center = med
