@@ -11,8 +11,9 @@ compares the two kernel populations, per kernel family and per kernel name:
   (``scipy.stats.mannwhitneyu``), and the Hodges-Lehmann shift with its Moses
   95% CI in percent of the baseline median (:func:`exporter.diff.shift_ci`),
   the same statistics ``diff`` uses on iteration latencies. The U test uses
-  every duration; the CI a seeded random sample of at most :data:`CI_CAP`
-  per side (its cost grows with the sample).
+  every duration up to :data:`U_CAP` per side, beyond that a seeded random
+  sample of that many; the CI a seeded random sample of at most
+  :data:`CI_CAP` per side (the cost of each grows with its sample).
 
 Output is bounded: every family (a handful), the :data:`TOP_N` kernel names
 with the most baseline + session time, and at most :data:`TOP_N` names seen
@@ -46,6 +47,12 @@ from stream_analytics import thresholds as T
 
 TOP_N = 20
 CI_CAP = 5_000  # the HL CI uses at most this many durations per side (seeded sample)
+U_CAP = 200_000
+"""Durations per side the U test takes at most (a seeded random sample of
+a larger side): on every duration, the test of a 10M-kernel bundle's
+biggest family took about 1.2 GB and most of ``diff``'s 16 s; a random
+sample keeps the test exact under the null hypothesis, and 200,000 per
+side already detect a shift far below any threshold."""
 KERNELS = "profiler/kernels.parquet"
 I64 = npt.NDArray[np.int64]
 
@@ -73,29 +80,29 @@ def has_kernels(bundle: Path) -> bool:
     return p.is_file() and pq.ParquetFile(p).metadata.num_rows > 0
 
 
-def _codes(col: pa.ChunkedArray) -> tuple[list[str], I64]:
+def _codes(col: pa.ChunkedArray) -> tuple[list[str], npt.NDArray[np.int32]]:
     """Distinct values of a string or dictionary column (nulls as
-    ``"(none)"``) and each row's index into them. A dictionary column (the
-    bundle's ``kernel_name`` and ``kernel_family``) is read through its
-    dictionary: no string per row (a 2M-row bundle's names as strings took
-    about 130 MB per side)."""
+    ``"(none)"``) and each row's index into them (int32). A dictionary
+    column (the bundle's ``kernel_name`` and ``kernel_family``) is read
+    through its dictionary: no string per row (a 2M-row bundle's names as
+    strings took about 130 MB per side)."""
     if not pa.types.is_dictionary(col.type):
         col = pc.dictionary_encode(col)
     arr = col.unify_dictionaries().combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     values = [str(v) if v is not None else "(none)" for v in arr.dictionary.to_pylist()]
     values.append("(none)")  # the code of a null row
     first: dict[str, int] = {}
-    remap = np.array([first.setdefault(v, len(first)) for v in values], dtype=np.int64)
-    idx = pc.fill_null(arr.indices.cast(pa.int64()), len(values) - 1)
+    remap = np.array([first.setdefault(v, len(first)) for v in values], dtype=np.int32)
+    idx = arr.indices if not arr.null_count else pc.fill_null(arr.indices, len(values) - 1)
     codes = remap[idx.to_numpy(zero_copy_only=False)]
     used = np.bincount(codes, minlength=len(first)) > 0  # values some row has
     keys = [v for v, k in first.items() if used[k]]
-    return keys, (np.cumsum(used) - 1)[codes]
+    if len(keys) < len(first):  # renumber without the values no row has
+        codes = (np.cumsum(used, dtype=np.int32) - 1)[codes]
+    return keys, codes
 
 
-def _group(t: pa.Table, column: str) -> Groups:
-    keys, codes = _codes(t.column(column))
-    dur = t.column("duration_ns").to_numpy().astype(np.int64)
+def _group(keys: list[str], codes: npt.NDArray[np.int32], dur: I64) -> Groups:
     order = np.argsort(codes, kind="stable")
     counts = np.bincount(codes, minlength=len(keys))
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
@@ -104,14 +111,20 @@ def _group(t: pa.Table, column: str) -> Groups:
 
 def read_groups(bundle: Path) -> tuple[Groups, Groups]:
     """``(by kernel_family, by kernel_name)`` of ``bundle``'s kernels.
-    ``FileNotFoundError`` / ``ValueError`` naming the file when absent or empty."""
+    ``FileNotFoundError`` / ``ValueError`` naming the file when absent or empty.
+    Memory: the three columns read, then per row its two int32 codes and its
+    duration twice (once per grouping; a 10M-kernel bundle: about 400 MB at
+    the peak, 160 MB kept)."""
     p = Path(bundle) / KERNELS
     if not p.is_file():
         raise FileNotFoundError(f"{p}: missing (a bundle without kernel spans)")
     t = pq.read_table(p, columns=["kernel_name", "kernel_family", "duration_ns"])
     if t.num_rows == 0:
         raise ValueError(f"{p}: no kernel spans to compare")
-    return _group(t, "kernel_family"), _group(t, "kernel_name")
+    family, name = _codes(t.column("kernel_family")), _codes(t.column("kernel_name"))
+    dur = t.column("duration_ns").to_numpy().astype(np.int64, copy=False)
+    del t
+    return _group(*family, dur), _group(*name, dur)
 
 
 def _side(x: I64 | None) -> dict[str, Any] | None:
@@ -136,7 +149,15 @@ def compare_one(key: str, b: I64 | None, s: I64 | None, threshold_pct: float) ->
         return row
     mb, ms = float(np.median(b)), float(np.median(s))
     bf, sf = b.astype(np.float64), s.astype(np.float64)
-    p = float(mannwhitneyu(sf, bf, alternative="greater").pvalue)
+    def u_cap(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        """At most U_CAP of ``x``: the positions a fresh seeded generator picks
+        (apart from the CI's, whose sample is as it was), the same on both
+        sides of equal length: a bundle against itself still gives p = 0.5."""
+        if len(x) <= U_CAP:
+            return x
+        return x[np.random.default_rng(1).choice(len(x), U_CAP, replace=False)]
+
+    p = float(mannwhitneyu(u_cap(sf), u_cap(bf), alternative="greater").pvalue)
     rng = np.random.default_rng(0)
 
     def cap(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:

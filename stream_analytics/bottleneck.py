@@ -46,7 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stream_analytics import thresholds as T
-from stream_analytics.kernel_stats import busy_ns
+from stream_analytics.kernel_stats import busy_union_ns
 from stream_analytics.sii import active_totals
 
 CLASSES: tuple[str, ...] = (
@@ -312,9 +312,9 @@ def kernel_features(kernels: pa.Table) -> dict[str, float]:
     """Rate, mean duration, micro share and active ratio of KERNEL_SPAN rows."""
     if kernels.num_rows == 0:
         return {}
-    s = kernels.column("start_ns").to_numpy().astype(np.int64)
-    e = kernels.column("end_ns").to_numpy().astype(np.int64)
-    d = kernels.column("duration_ns").to_numpy().astype(np.int64)
+    s = kernels.column("start_ns").to_numpy().astype(np.int64, copy=False)
+    e = kernels.column("end_ns").to_numpy().astype(np.int64, copy=False)
+    d = kernels.column("duration_ns").to_numpy().astype(np.int64, copy=False)
     wall = int(e.max() - s.min())
     out = {
         "mean_kernel_ns": float(d.mean()),
@@ -322,7 +322,7 @@ def kernel_features(kernels: pa.Table) -> dict[str, float]:
     }
     if wall > 0:
         out["kernel_rate_hz"] = kernels.num_rows / (wall / 1e9)
-        out["active_ratio"] = busy_ns(kernels) / wall
+        out["active_ratio"] = busy_union_ns(s, e) / wall
     return out
 
 

@@ -10,11 +10,13 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
+from exporter import kernel_diff
 from exporter.diff import diff_sessions, main_diff
-from exporter.kernel_diff import TOP_N, Groups, _group, compare_kernels, read_groups
+from exporter.kernel_diff import TOP_N, Groups, _codes, _group, compare_kernels, read_groups
 from tests.exporter.replayed import FINITE_DIFF, ROOT, SEISMIC, replay, run_cli, slowed_copy
 
 SLOWED = "compute_fd_z_kernel"
@@ -138,9 +140,25 @@ def test_groups_of_a_dictionary_column_equal_those_of_its_strings() -> None:
                                        pa.array(["a", "b", "unused"])),
         pa.DictionaryArray.from_arrays(pa.array([0, 1, 1], pa.int32()), pa.array(["b", "a"])),
     ], type=d)
-    dur = pa.chunked_array([[10, 20, 30, 40], [50, 60, 70]], type=pa.int64())
-    as_dict = _group(pa.table({"kernel_name": name, "duration_ns": dur}), "kernel_name")
-    as_str = _group(pa.table({"kernel_name": name.cast(pa.string()), "duration_ns": dur}),
-                    "kernel_name")
+    dur = np.array([10, 20, 30, 40, 50, 60, 70], dtype=np.int64)
+    as_dict = _group(*_codes(name), dur)
+    as_str = _group(*_codes(name.cast(pa.string())), dur)
     assert _by_key(as_dict) == _by_key(as_str) == {
         "a": [10, 30, 60, 70], "b": [20, 50], "(none)": [40]}
+
+
+@pytest.mark.slow
+def test_u_test_on_a_capped_sample_keeps_the_verdicts(bundles: dict[str, Path],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``U_CAP`` = 40 (compute_fd_z_kernel has 100 dispatches a side,
+    the gemm family more) the U test takes the same 40 positions of two
+    equal sides: the trace against itself still gives p = 0.5 on every row;
+    the kernel slowed by 30% is still the one significantly slower."""
+    monkeypatch.setattr(kernel_diff, "U_CAP", 40)
+    same = compare_kernels(bundles["seismic"], bundles["seismic2"], 5.0)
+    capped = [r for r in same["kernels"] + same["families"] if r["baseline"]["count"] > 40]
+    assert capped and all(r["p_value"] == pytest.approx(0.5, abs=0.01) for r in capped)
+    rows = {r["key"]: r for r in compare_kernels(bundles["seismic"], bundles["slowed"],
+                                                 5.0)["kernels"]}
+    assert rows[SLOWED]["baseline"]["count"] > 40 and rows[SLOWED]["p_value"] < 1e-6
+    assert [k for k, r in rows.items() if r["slower"]] == [SLOWED]
