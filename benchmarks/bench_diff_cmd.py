@@ -33,14 +33,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_replay import _checkout, _hwm, run_replay
+from bench_replay import _checkout, _hwm, run_replay, wait_sampling
 from bench_rocprof import E2E_PID, make_file
 from benchcommon import ROOT
 
@@ -56,21 +55,14 @@ def run_diff(root: Path, base: Path, sess: Path) -> dict[str, Any]:
     with out_f.open("w") as fo, err_f.open("w") as fe:
         proc = subprocess.Popen(cmd, env=env, cwd=root, stdout=fo, stderr=fe)
     peak = [0]
-    done = threading.Event()
 
     def sample() -> None:
-        while not done.is_set():
-            got = _hwm(proc.pid)
-            if got is not None:
-                peak[0] = max(peak[0], got[1])
-            time.sleep(0.02)
+        got = _hwm(proc.pid)
+        if got is not None:
+            peak[0] = max(peak[0], got[1])
 
-    th = threading.Thread(target=sample, daemon=True)
-    th.start()
-    _, status, ru = os.wait4(proc.pid, 0)
+    status, ru = wait_sampling(proc, sample)
     wall = time.perf_counter() - t0
-    done.set()
-    th.join()
     rc = os.waitstatus_to_exitcode(status)
     if rc not in (0, 1):
         raise RuntimeError(f"diff exited {rc}: {err_f.read_text()[-2000:]}")

@@ -171,31 +171,23 @@ def run_replay(input_dir: Path, out: Path, rows: int, parse_trace: bool,
         # it must be the tree measured (a --baseline-ref run started from this
         # checkout would import this checkout's code)
         proc = subprocess.Popen(cmd, env=env, stdout=fo, stderr=fe, cwd=root)
-    done = threading.Event()
-
     def sample() -> None:
         import psutil
 
-        while not done.is_set():
-            peak[0] = max(peak[0], _tree_rss(proc.pid))
-            try:
-                kids = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
-            except psutil.Error:
-                kids = []
-            for pid in [proc.pid, *kids]:
-                got = _hwm(pid)
-                if got is not None:
-                    hwm[pid] = (got[0], max(got[1], hwm.get(pid, got)[1]))
-            time.sleep(0.02)
+        peak[0] = max(peak[0], _tree_rss(proc.pid))
+        try:
+            kids = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+        except psutil.Error:
+            kids = []
+        for pid in [proc.pid, *kids]:
+            got = _hwm(pid)
+            if got is not None:
+                hwm[pid] = (got[0], max(got[1], hwm.get(pid, got)[1]))
 
-    th = threading.Thread(target=sample, daemon=True)
-    th.start()
     # wait4: this child's rusage, its waited-for children included: CPU adds up,
     # but ru_maxrss is not the command's own peak (see the module doc)
-    _, status, ru = os.wait4(proc.pid, 0)
+    status, ru = wait_sampling(proc, sample)
     wall = time.perf_counter() - t0
-    done.set()
-    th.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
     stdout, stderr = log_out.read_text(), log_err.read_text()
     if proc.returncode != 0:
@@ -235,6 +227,25 @@ def run_replay(input_dir: Path, out: Path, rows: int, parse_trace: bool,
             capture_output=True, text=True, check=True, env=env).stdout)
         assert r.kernel_slices == rows, f"trace has {r.kernel_slices} kernel slices != {rows}"
     return r
+
+
+def wait_sampling(proc: subprocess.Popen[Any], sample: Any,
+                  every_s: float = 0.02) -> tuple[int, Any]:
+    """Call ``sample()`` every ``every_s`` in a thread until ``proc`` has
+    exited; returns its wait status and rusage (``os.wait4``)."""
+    done = threading.Event()
+
+    def loop() -> None:
+        while not done.is_set():
+            sample()
+            time.sleep(every_s)
+
+    th = threading.Thread(target=loop, daemon=True)
+    th.start()
+    _, status, ru = os.wait4(proc.pid, 0)
+    done.set()
+    th.join()
+    return status, ru
 
 
 def _checkout(ref: str, tmp: Path) -> Path:
