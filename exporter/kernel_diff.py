@@ -149,6 +149,7 @@ def compare_one(key: str, b: I64 | None, s: I64 | None, threshold_pct: float) ->
         return row
     mb, ms = float(np.median(b)), float(np.median(s))
     bf, sf = b.astype(np.float64), s.astype(np.float64)
+
     def u_cap(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         """At most U_CAP of ``x``: the positions a fresh seeded generator picks
         (apart from the CI's, whose sample is as it was), the same on both

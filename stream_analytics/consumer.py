@@ -99,11 +99,11 @@ server still counts acks it has not applied (see ``_caught_up``)."""
 STOP_WAIT_S = 1.0
 """A fetch this short is waited out at a stop, not cancelled (see ``_fetch``)."""
 SPAN_SIGNALS = frozenset({"kernel_span", "iteration_span", "graph_info"})
+"""Inputs whose results are flushed as soon as the stream goes quiet."""
 FOLD_ROWS = 1 << 16
 """Kernel spans folded as one table at most (consecutive messages of one host
 in a fetch; a single larger message is folded whole): three messages of a
 replayed CSV, one of a bounded session's 65,536-row messages."""
-"""Inputs whose results are flushed as soon as the stream goes quiet."""
 COMMIT_AFTER = 5_000
 """Messages awaiting their ack that force a checkpoint and the acks, whatever
 the interval (the durable's ``max_ack_pending`` is 10x this)."""
