@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -135,29 +135,40 @@ def build_gemm_model(path: Path, n: int = 1024, depth: int = 2) -> Path:
 
 
 # ---------------------------------------------------------------- CPU hogs
-def _hog(stop_at: float) -> None:
-    x = 0
-    while time.monotonic() < stop_at:
-        x += 1
+HOG = ("import sys, time\nstop = time.monotonic() + float(sys.argv[1])\n"
+       "sys.stdout.write('spinning\\n'); sys.stdout.flush()\n"
+       "while time.monotonic() < stop:\n    pass\n")
+"""A busy loop that says so on stdout first, then spins until ``argv[1]`` s pass."""
 
 
 @contextmanager
 def cpu_hogs(n: int, max_s: float = 120.0) -> Iterator[list[int]]:
-    """Run ``n`` busy-loop processes; terminated (by pid) on exit."""
-    ctx = mp.get_context("fork")
-    procs = [
-        ctx.Process(target=_hog, args=(time.monotonic() + max_s,), daemon=True) for _ in range(n)
-    ]
-    for p in procs:
-        p.start()
+    """Run ``n`` busy-loop processes, each spinning before this returns their
+    pids; killed on exit (and each stops by itself after ``max_s``).
+
+    Fresh interpreters (``subprocess``, exec), not ``fork``: a forked child
+    of a process with other threads (a test process's nats, gRPC or OTel
+    threads) can hang before running its target, holding a lock some thread
+    held at the fork; such a "hog" does nothing, and a capture "under
+    contention" measured an SII below the cpu-bound threshold (one CI run).
+    """
+    procs: list[subprocess.Popen[str]] = []
     try:
-        time.sleep(0.2)
-        yield [p.pid for p in procs if p.pid is not None]
+        for _ in range(n):
+            procs.append(subprocess.Popen([sys.executable, "-S", "-c", HOG, str(max_s)],
+                                          stdout=subprocess.PIPE, text=True))
+        for p in procs:
+            assert p.stdout is not None
+            if p.stdout.readline() != "spinning\n":
+                raise RuntimeError(f"CPU hog {p.pid} did not start: exit {p.wait()}")
+        yield [p.pid for p in procs]
     finally:
         for p in procs:
-            p.terminate()
+            p.kill()
         for p in procs:
-            p.join(5)
+            p.wait()
+            if p.stdout is not None:
+                p.stdout.close()
 
 
 # ---------------------------------------------------------------- recorder
