@@ -133,6 +133,13 @@ def _side(x: I64 | None) -> dict[str, Any] | None:
     return {"count": len(x), "total_ns": int(x.sum()), "median_ns": float(np.median(x))}
 
 
+def _sample(x: npt.NDArray[np.float64], cap: int,
+            rng: np.random.Generator) -> npt.NDArray[np.float64]:
+    """``x`` when it has at most ``cap`` values, else ``cap`` of them at
+    positions ``rng`` picks (without replacement)."""
+    return x if len(x) <= cap else x[rng.choice(len(x), cap, replace=False)]
+
+
 def compare_one(key: str, b: I64 | None, s: I64 | None, threshold_pct: float) -> dict[str, Any]:
     """One row: both sides' count/total/median and, when both exist, the
     median delta, U-test p and HL shift CI (%); ``slower`` says whether the
@@ -150,21 +157,14 @@ def compare_one(key: str, b: I64 | None, s: I64 | None, threshold_pct: float) ->
     mb, ms = float(np.median(b)), float(np.median(s))
     bf, sf = b.astype(np.float64), s.astype(np.float64)
 
-    def u_cap(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        """At most U_CAP of ``x``: the positions a fresh seeded generator picks
-        (apart from the CI's, whose sample is as it was), the same on both
-        sides of equal length: a bundle against itself still gives p = 0.5."""
-        if len(x) <= U_CAP:
-            return x
-        return x[np.random.default_rng(1).choice(len(x), U_CAP, replace=False)]
-
-    p = float(mannwhitneyu(u_cap(sf), u_cap(bf), alternative="greater").pvalue)
+    # the U test: a fresh generator per side, so two sides of equal length are
+    # sampled at the same positions (a bundle against itself still gives p = 0.5);
+    # the CI: one generator for both sides, drawn session first (as it always was)
+    p = float(mannwhitneyu(_sample(sf, U_CAP, np.random.default_rng(1)),
+                           _sample(bf, U_CAP, np.random.default_rng(1)),
+                           alternative="greater").pvalue)
     rng = np.random.default_rng(0)
-
-    def cap(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        return x if len(x) <= CI_CAP else rng.choice(x, CI_CAP, replace=False)
-
-    lo, _, hi = shift_ci(cap(sf), cap(bf))
+    lo, _, hi = shift_ci(_sample(sf, CI_CAP, rng), _sample(bf, CI_CAP, rng))
     delta = (ms - mb) / mb * 100.0 if mb else 0.0
     ci = [lo / mb * 100.0, hi / mb * 100.0] if mb else [0.0, 0.0]
     row.update(median_delta_pct=round(delta, 3), p_value=p,
