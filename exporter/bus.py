@@ -42,10 +42,8 @@ import asyncio
 import contextlib
 import logging
 import re
-import ssl
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import exporter.nats_import  # noqa: F401  # before nats-py: see that module
@@ -71,6 +69,8 @@ from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
 from collectors.base import Emit
 from exporter import schema
+from exporter.busconfig import BusConfig as BusConfig
+from exporter.busconfig import BusError as BusError
 from exporter.nats_urls import server_list
 from exporter.outbox import Held, Outbox
 
@@ -78,51 +78,6 @@ log = logging.getLogger("aaco.bus")
 
 
 _PARTITION = re.compile(r"partition\((\d+),")
-
-
-class BusError(RuntimeError):
-    """The bus is unreachable or refused an operation."""
-
-
-
-@dataclass
-class BusConfig:
-    """Where and how to connect. ``url=None`` means the embedded server.
-
-    Credentials follow nats-py: ``user``/``password``, ``token`` or an NKey/JWT
-    ``creds_file``; TLS with ``tls_ca`` (and ``tls_cert``/``tls_key`` for mTLS).
-    """
-
-    url: str | None = None
-    stream: str = "AACO"
-    max_age_s: float = 3600.0
-    max_bytes: int = 1 << 30
-    duplicate_window_s: float = 120.0
-    connect_attempts: int = 5
-    connect_timeout_s: float = 2.0
-    user: str | None = None
-    password: str | None = None
-    token: str | None = None
-    creds_file: str | None = None
-    tls_ca: str | None = None
-    tls_cert: str | None = None
-    tls_key: str | None = None
-    max_payload_bytes: int = 900_000
-    partitions: int = 1  # >1: the stream appends a partition(N, host) subject token
-    stream_replicas: int | None = None  # None: 1 for a new stream, an existing one keeps its own
-    outbox_max_bytes: int = 256 << 20  # messages held while the bus is down, bytes
-    outbox_dir: str | None = None  # persistent spool; None: a temporary one
-    outbox_memory_bytes: int = 8 << 20  # held in memory before spilling to the spool
-    outbox_drain_timeout_s: float = 60.0  # flush_outbox's wait at the end of a session
-    extra: dict[str, object] = field(default_factory=dict)
-
-    def tls_context(self) -> ssl.SSLContext | None:
-        if not (self.tls_ca or self.tls_cert):
-            return None
-        ctx = ssl.create_default_context(cafile=self.tls_ca)
-        if self.tls_cert:
-            ctx.load_cert_chain(self.tls_cert, self.tls_key)
-        return ctx
 
 
 BARRIER_STREAM = "__aaco_outbox_barrier__"

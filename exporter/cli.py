@@ -9,7 +9,6 @@ never a traceback.
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import contextlib
 import logging
@@ -21,7 +20,7 @@ from typing import Annotated
 import typer
 
 from exporter.bundle_dir import BundleWriteError
-from exporter.bus import BusConfig, BusError
+from exporter.busconfig import BusConfig, BusError
 from exporter.extras import MissingExtra
 from exporter.natsserver import NatsServerError
 from exporter.phases import Phases
@@ -261,6 +260,8 @@ def capture(
         _fail("--pmc needs -- COMMAND ARGS (counters are collected by rocprofv3)")
     if (lab or lab_cpus) and command:
         _fail("--lab applies to --model captures (the model runs in the lab cpuset)")
+    import asyncio
+
     bus_cfg = _session_bus(nats, outbox_max_bytes, nats_duplicate_window)
     bus_cfg.stream_replicas = _replicas(nats, stream_replicas)
     if command:
@@ -396,6 +397,8 @@ def run(
     the node (workload discovery); --model runs the exporter's own copy of a
     model as a lab load generator.
     """
+    import asyncio
+
     from collectors.ort import InputError, ModelError
     from exporter.daemon import DaemonOptions, run_daemon
     from exporter.webconfig import WebConfigError
@@ -508,18 +511,27 @@ def replay(
     seconds per phase (parse, bus, analytics, bundle, trace) to stderr at the
     end, unless ``--quiet``. Exit status 2, after writing the bundle, when the
     bus outbox dropped messages."""
-    from collectors.rocprof.formats import UnknownFormat
     from exporter.malloc_tuning import tune_for_batch
-    from exporter.replay import NothingToReplay
-    from exporter.replay import replay as run_replay
+    from exporter.replay import start_parsing
 
     tune_for_batch()  # a bulk job: fewer page faults for a little more RSS
     _skip_teardown()  # and no interpreter teardown once it has ended
+    try:  # the parser starts first: it runs while the rest is imported and the bus opens
+        parsing = start_parsing(paths)
+    except FileNotFoundError as e:
+        _fail(str(e))
+        return
+    import asyncio
+
+    from collectors.rocprof.formats import UnknownFormat
+    from exporter.replay import NothingToReplay
+    from exporter.replay import replay as run_replay
 
     try:
         session, derived, rejects, phases = asyncio.run(run_replay(
             paths, out, _session_bus(nats, outbox_max_bytes, nats_duplicate_window,
-                                     _replicas(nats, stream_replicas)), progress=not quiet))
+                                     _replicas(nats, stream_replicas)), progress=not quiet,
+            parsing=parsing))
     except (FileNotFoundError, UnknownFormat, NothingToReplay, BusError, NatsServerError,
             BundleWriteError, MissingExtra) as e:
         _fail(str(e))
@@ -614,6 +626,8 @@ def analytics(
     k, _, m = instance.partition("/")
     if not (k.isdigit() and m.isdigit() and int(k) < int(m)):
         _fail(f"--instance {instance!r} is not K/M with K < M")
+    import asyncio
+
     from exporter.bus import Bus
     from stream_analytics.consumer import AnalyticsConsumer, redelivery_horizon_s
 
@@ -675,6 +689,8 @@ def aggregate(
     Runs no collectors and no analytics; scrape it instead of the node
     daemons for fleet-wide sums.
     """
+    import asyncio
+
     from exporter.aggregate import AggregateOptions, run_aggregate
     from exporter.webconfig import WebConfigError
 

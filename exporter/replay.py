@@ -9,19 +9,25 @@ used are counted by reason in ``rejects.json`` with file:line examples.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from collectors.rocprof.rejects import Rejects
-from collectors.rocprof.replay import hip_api_table, load_paths
 from exporter.bundle_dir import BundleDir
-from exporter.bus import BusConfig
+from exporter.busconfig import BusConfig
 from exporter.phases import Phases
 from exporter.prefetch import prefetch
-from exporter.progress import bar
-from exporter.roofline import write_roofline
-from exporter.session import Session
+
+if TYPE_CHECKING:
+    from collectors.base import Emit
+
+HEAD_START = 16
+"""Parsed batches (about 22,000 rocprofv3 rows each) the parser may run ahead
+while the command imports the rest of itself and opens its bus (about 0.4 s
+on two cores), against 4 once publishing starts
+(:func:`exporter.prefetch.prefetch`)."""
 
 
 class NothingToReplay(ValueError):
@@ -29,13 +35,44 @@ class NothingToReplay(ValueError):
     the files and why (the first rejects, e.g. an unsupported rocpd version)."""
 
 
+@dataclass
+class Parsing:
+    """Inputs being parsed (:func:`start_parsing`): the parser's ``emits`` as
+    they come, the ``rejects`` it counts."""
+
+    paths: list[Path]
+    emits: Iterator[Emit]
+    rejects: Rejects
+
+
+def start_parsing(paths: Sequence[Path]) -> Parsing:
+    """Start parsing ``paths`` now, in a worker thread
+    (:func:`collectors.rocprof.replay.load_paths` run :data:`HEAD_START`
+    batches ahead), before the bus and the analytics are imported: pyarrow's
+    CSV reader releases the GIL, so the parse overlaps the rest of the
+    command's start-up. Raises ``FileNotFoundError`` for a path that does not
+    exist."""
+    for p in paths:
+        if not Path(p).exists():
+            raise FileNotFoundError(f"{p}: no such file or directory")
+    from collectors.rocprof.replay import load_paths
+
+    rejects = Rejects()
+    files = [Path(p) for p in paths]
+    return Parsing(files, prefetch(load_paths(list(files), rejects), head_start=HEAD_START),
+                   rejects)
+
+
 async def replay(paths: Sequence[Path], out_parent: Path, bus_cfg: BusConfig,
-                 progress: bool = False) -> tuple[Path, dict[str, Any], Rejects, Phases]:
+                 progress: bool = False, parsing: Parsing | None = None,
+                 ) -> tuple[Path, dict[str, Any], Rejects, Phases]:
     """Replay ``paths``; returns the session dir, derived metrics, rejects and
     the seconds per phase (also in ``session.json`` as ``timings_s``).
 
     ``progress`` shows a progress bar on stderr (when it is a terminal).
-    Memory does not grow with the kernel rows: they stream from the parser
+    ``parsing``: the inputs already being parsed (:func:`start_parsing` of
+    ``paths``; the command line starts it before it imports the rest);
+    default: started here. Memory does not grow with the kernel rows: they stream from the parser
     (a worker thread at most 4 batches ahead, :func:`exporter.prefetch.prefetch`)
     to the bus, from the bus to ``profiler/kernels.parquet``, and from that
     file to ``trace.pftrace``.
@@ -46,11 +83,14 @@ async def replay(paths: Sequence[Path], out_parent: Path, bus_cfg: BusConfig,
     :class:`exporter.bundle_dir.BundleWriteError` when the bundle cannot be
     written (it is written atomically: nothing is left behind).
     """
-    for p in paths:
-        if not Path(p).exists():
-            raise FileNotFoundError(f"{p}: no such file or directory")
-    rejects = Rejects()
+    parsing = parsing or start_parsing(paths)
+    rejects = parsing.rejects
     phases = Phases()
+    from collectors.rocprof.replay import hip_api_table
+    from exporter.progress import bar
+    from exporter.roofline import write_roofline
+    from exporter.session import Session
+
     with bar(progress) as shown, BundleDir() as bundle:
         s = await Session.open("replay", bus_cfg, phases)
         s.progress = shown
@@ -58,7 +98,7 @@ async def replay(paths: Sequence[Path], out_parent: Path, bus_cfg: BusConfig,
         try:
             # the parser runs ahead in a thread (pyarrow's CSV reader releases
             # the GIL), overlapping publishing, analytics and the bundle sink
-            rows = await s.publish(prefetch(load_paths(list(paths), rejects)))
+            rows = await s.publish(parsing.emits)
             if rows:
                 out = bundle.create(out_parent / f"{s.id}_replay")
                 with phases.time("parse"):

@@ -1,4 +1,4 @@
-"""Start-up: importing the exporter CLI does not import nats-py's optional aiohttp
+"""Start-up: importing the bus (nats-py) does not import nats-py's optional aiohttp
 (about 0.15 s, used only by its WebSocket transport), and a ``ws://`` bus URL
 still connects through that transport (a real nats-server websocket listener)."""
 
@@ -16,11 +16,11 @@ from exporter.natsserver import EmbeddedNats, free_port
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_importing_the_cli_leaves_aiohttp_unimported_and_importable() -> None:
-    """In a fresh interpreter, ``exporter.cli`` (which imports nats-py) loads
+def test_importing_the_bus_leaves_aiohttp_unimported_and_importable() -> None:
+    """In a fresh interpreter, ``exporter.bus`` (which imports nats-py) loads
     no aiohttp module, and ``import aiohttp`` works afterwards."""
     pytest.importorskip("aiohttp")
-    code = ("import sys, exporter.cli\n"
+    code = ("import sys, exporter.bus\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'aiohttp'))\n"
             "import aiohttp\n"
             "print(aiohttp.__name__)\n")

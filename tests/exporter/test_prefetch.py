@@ -64,3 +64,49 @@ def test_a_caller_that_stops_early_stops_the_thread() -> None:
     it.close()  # type: ignore[attr-defined]
     assert not [t for t in threading.enumerate() if t.name == "prefetch"]
     assert made[0] <= 3 + 2 + 2
+
+
+def _wait_for(cond: object, seconds: float = 10.0) -> bool:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if cond():  # type: ignore[operator]
+            return True
+        time.sleep(0.005)
+    return False
+
+
+def test_a_head_start_runs_the_producer_ahead_until_the_first_item_is_taken() -> None:
+    """With ``head_start=5`` and ``depth=1`` the producer makes 6 items (5
+    queued, one waiting) before anything is taken, which depth 1 alone never
+    allows; once that backlog is taken it leads by at most depth + 1 again."""
+    made = [0]
+
+    def gen() -> Iterator[int]:
+        for i in range(100):
+            made[0] += 1
+            yield i
+
+    it = prefetch(gen(), depth=1, head_start=5)
+    assert _wait_for(lambda: made[0] >= 6)
+    lead = [made[0] - k for k, _ in enumerate(it, start=1) if k >= 6]
+    assert made[0] == 100
+    assert max(lead) <= 1 + 1
+
+
+def test_an_iterator_dropped_before_its_first_item_stops_its_thread() -> None:
+    """The thread starts at once; when the caller drops the iterator without
+    taking anything (a command that failed before reading), it ends."""
+    import gc
+
+    def gen() -> Iterator[int]:
+        yield from range(1_000_000)
+
+    before = {t for t in threading.enumerate() if t.name == "prefetch"}
+    it = prefetch(gen(), depth=2)
+    (worker,) = {t for t in threading.enumerate() if t.name == "prefetch"} - before
+    del it
+    gc.collect()
+    worker.join(timeout=10)
+    assert not worker.is_alive()

@@ -21,6 +21,9 @@ from tests.support import load_path
 ROOT = Path(__file__).resolve().parents[2]
 EXE = str(Path(sys.executable).parent / "aaco-exporter")
 MIB = 1 << 20
+RSS_SLACK = 4 * MIB
+"""How far the command's own ``VmHWM`` may read above ``wait4``'s ``ru_maxrss``
+(per-CPU RSS counters: see :func:`_replay_peak_rss`)."""
 SLOPE_BOUND_MIB = 250
 """Allowed peak-RSS growth from 1M to 4M rows. Before streaming the trace the
 command held every slice as Python objects: 7.1 GB at 2M rows, about 3.5 GB
@@ -48,7 +51,10 @@ def _replay_peak_rss(src: Path, out: Path, env: dict[str, str]) -> tuple[int, di
         assert os.waitstatus_to_exitcode(status) == 0, fe.read()[-3000:]
         bundle = Path(fo.read().strip().splitlines()[-1])
     session = json.loads((bundle / "session.json").read_text())
-    assert session["peak_rss_bytes"]["self"] <= ru.ru_maxrss * 1024
+    # the same high-water mark read twice: Linux (>= 6.2) counts RSS in per-CPU
+    # counters read approximately (each CPU may hold a batch of pages not yet
+    # folded in), so the two readings can differ; seen 160 KiB apart on 2 CPUs
+    assert session["peak_rss_bytes"]["self"] <= ru.ru_maxrss * 1024 + RSS_SLACK
     return int(session["peak_rss_bytes"]["self"]), session["rows"]
 
 
