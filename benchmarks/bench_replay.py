@@ -19,7 +19,7 @@ parse, bus, analytics, Parquet bundle, ``trace.pftrace``):
   the replay (Python) process and for nats-server separately, the Python
   process's also as it wrote it into ``session.json`` (its VmHWM at the end);
   for comparison ``wait4``'s ``ru_maxrss`` and the process tree's summed RSS
-  sampled every 20 ms (``/proc/<pid>/statm`` of the processes psutil found
+  sampled every 20 ms (``/proc/<pid>/status`` of the processes psutil found
   in the tree, listed every 0.5 s: listing them every 20 ms took a quarter of
   a core from the replay it measured, until 2026-11-28).
   ``ru_maxrss`` is **not** the command's peak:
@@ -110,30 +110,30 @@ SCAN_CHILDREN_S = 0.5
 """How often the replay's child processes (nats-server) are listed while it runs."""
 
 
-def _rss(pid: int) -> int:
-    """Resident bytes of a live process (``/proc/<pid>/statm``), 0 once it is gone."""
-    try:
-        pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0
-    return pages * os.sysconf("SC_PAGE_SIZE")
-
-
-def _hwm(pid: int) -> tuple[str, int] | None:
-    """``(name, VmHWM bytes)`` of a live process from ``/proc/<pid>/status``: its
-    own peak resident set so far (the kernel's high-water mark, so a spike
-    between two samples is not missed), or None once it is gone."""
+def _status(pid: int) -> tuple[str, int, int] | None:
+    """``(name, VmHWM bytes, VmRSS bytes)`` of a live process from one read of
+    ``/proc/<pid>/status``: its own peak resident set so far (the kernel's
+    high-water mark, so a spike between two samples is not missed) and its
+    resident set now; None once it is gone."""
     try:
         text = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return None
-    name, hwm = "?", 0
+    name, hwm, rss = "?", 0, 0
     for line in text.splitlines():
         if line.startswith("Name:"):
             name = line.split(None, 1)[1].strip()
         elif line.startswith("VmHWM:"):
             hwm = int(line.split()[1]) * 1024
-    return name, hwm
+        elif line.startswith("VmRSS:"):
+            rss = int(line.split()[1]) * 1024
+    return name, hwm, rss
+
+
+def _hwm(pid: int) -> tuple[str, int] | None:
+    """``(name, VmHWM bytes)`` of a live process (:func:`_status`), or None once it is gone."""
+    got = _status(pid)
+    return None if got is None else got[:2]
 
 
 def count_kernel_slices(trace: Path) -> int:
@@ -170,6 +170,8 @@ def run_replay(input_dir: Path, out: Path, rows: int, parse_trace: bool,
         # it must be the tree measured (a --baseline-ref run started from this
         # checkout would import this checkout's code)
         proc = subprocess.Popen(cmd, env=env, stdout=fo, stderr=fe, cwd=root)
+    import psutil
+
     kids: list[int] = []
     next_scan = [0.0]
 
@@ -177,9 +179,7 @@ def run_replay(input_dir: Path, out: Path, rows: int, parse_trace: bool,
         # cheap reads only: psutil's children() scans every process on the
         # machine (5.5 ms of CPU per call here: at 50 Hz a quarter of a core,
         # taken from the replay it measures), so the children are listed
-        # every SCAN_CHILDREN_S and the known pids' /proc files read each time
-        import psutil
-
+        # every SCAN_CHILDREN_S and the known pids' status files read each time
         now = time.monotonic()
         if now >= next_scan[0]:
             next_scan[0] = now + SCAN_CHILDREN_S
@@ -187,12 +187,14 @@ def run_replay(input_dir: Path, out: Path, rows: int, parse_trace: bool,
                 kids[:] = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
             except psutil.Error:
                 kids.clear()
-        pids = [proc.pid, *kids]
-        peak[0] = max(peak[0], sum(_rss(pid) for pid in pids))
-        for pid in pids:
-            got = _hwm(pid)
+        tree = 0
+        for pid in (proc.pid, *kids):
+            got = _status(pid)
             if got is not None:
-                hwm[pid] = (got[0], max(got[1], hwm.get(pid, got)[1]))
+                name, high, rss = got
+                hwm[pid] = (name, max(high, hwm.get(pid, (name, 0))[1]))
+                tree += rss
+        peak[0] = max(peak[0], tree)
 
     # wait4: this child's rusage, its waited-for children included: CPU adds up,
     # but ru_maxrss is not the command's own peak (see the module doc)

@@ -40,7 +40,6 @@ class Parsing:
     """Inputs being parsed (:func:`start_parsing`): the parser's ``emits`` as
     they come, the ``rejects`` it counts."""
 
-    paths: list[Path]
     emits: Iterator[Emit]
     rejects: Rejects
 
@@ -58,9 +57,8 @@ def start_parsing(paths: Sequence[Path]) -> Parsing:
     from collectors.rocprof.replay import load_paths
 
     rejects = Rejects()
-    files = [Path(p) for p in paths]
-    return Parsing(files, prefetch(load_paths(list(files), rejects), head_start=HEAD_START),
-                   rejects)
+    return Parsing(prefetch(load_paths([Path(p) for p in paths], rejects),
+                            head_start=HEAD_START), rejects)
 
 
 async def replay(paths: Sequence[Path], out_parent: Path, bus_cfg: BusConfig,
@@ -72,8 +70,9 @@ async def replay(paths: Sequence[Path], out_parent: Path, bus_cfg: BusConfig,
     ``progress`` shows a progress bar on stderr (when it is a terminal).
     ``parsing``: the inputs already being parsed (:func:`start_parsing` of
     ``paths``; the command line starts it before it imports the rest);
-    default: started here. Memory does not grow with the kernel rows: they stream from the parser
-    (a worker thread at most 4 batches ahead, :func:`exporter.prefetch.prefetch`)
+    default: started here. Memory does not grow with the kernel rows: they
+    stream from the parser (a worker thread :data:`HEAD_START` batches ahead
+    until publishing starts, then 4: :func:`exporter.prefetch.prefetch`)
     to the bus, from the bus to ``profiler/kernels.parquet``, and from that
     file to ``trace.pftrace``.
 
