@@ -51,6 +51,9 @@ def split_by_host(table: pa.Table, default_host: str) -> list[tuple[str, pa.Tabl
     if "host" not in table.column_names:
         return [(schema.sanitize_token(default_host), table)]
     hosts = pc.fill_null(table.column("host"), default_host)
+    distinct = pc.unique(hosts)
+    if len(distinct) == 1:  # one host (a node's daemon): the table as it is, no filter
+        return [(schema.sanitize_token(str(distinct[0].as_py())), table)]
     out: dict[str, pa.Table] = {}
     for h in sorted(set(hosts.to_pylist())):
         token = schema.sanitize_token(str(h))

@@ -17,13 +17,13 @@ samples (GPU gauges, scheduler samples) are held in a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import Histogram
 from prometheus_client.core import Metric
@@ -150,11 +150,16 @@ class Pipeline:
         """Every ``publish_interval_s`` publish the held samples, until ``stop``
         (what is held then is published by :meth:`close`). Returns at once when
         the interval is 0."""
-        while self.publish_interval_s > 0 and not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=self.publish_interval_s)
-            if not stop.is_set():
-                await self.publish_held()
+        if self.publish_interval_s <= 0:
+            return
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            while not stop.is_set():
+                await asyncio.wait({stopped}, timeout=self.publish_interval_s)
+                if not stop.is_set():
+                    await self.publish_held()
+        finally:
+            stopped.cancel()
 
     def _note_watched(self) -> None:
         """Wake the ``follows_pids`` collectors when :attr:`watched` grew."""
@@ -170,25 +175,30 @@ class Pipeline:
         """Call ``c`` every ``c.interval_s`` until ``stop`` (or ``done()``);
         at once, too, when ``c.follows_pids`` and :attr:`watched` grew."""
         wake = self._wake.get(c.name)
-        while not stop.is_set() and not (done and done()):
-            t0 = time.monotonic()
-            if wake is not None:
-                wake.clear()
-            await self.collect_once(c)
-            wait = max(0.0, c.interval_s - (time.monotonic() - t0))
-            if wake is None:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=wait or 0.001)
-                continue
-            waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(wake.wait())]
-            try:
-                await asyncio.wait(waits, timeout=wait or 0.001,
+        # one waiter on stop (and one on wake) for the whole loop, not a task and
+        # its cancellation per interval: a 1 Hz poller's wait costs one timer
+        stopped = asyncio.ensure_future(stop.wait())
+        woke: asyncio.Future[Any] | None = None
+        try:
+            while not stop.is_set() and not (done and done()):
+                t0 = time.monotonic()
+                if wake is not None:
+                    wake.clear()
+                await self.collect_once(c)
+                wait = max(0.0, c.interval_s - (time.monotonic() - t0))
+                if wake is None:
+                    await asyncio.wait({stopped}, timeout=wait or 0.001)
+                    continue
+                if woke is None or woke.done():
+                    woke = asyncio.ensure_future(wake.wait())
+                await asyncio.wait({stopped, woke}, timeout=wait or 0.001,
                                    return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for w in waits:
-                    w.cancel()
-            if wake.is_set() and not stop.is_set():
-                self.early_collects += 1
+                if wake.is_set() and not stop.is_set():
+                    self.early_collects += 1
+        finally:
+            stopped.cancel()
+            if woke is not None:
+                woke.cancel()
 
     def health_metrics(self, extra_drops: Callable[[], Counter[str]] | None = None,
                        received: Callable[[], Counter[str]] | None = None) -> Iterator[Metric]:

@@ -372,31 +372,62 @@ def gauge_parts(gauges: pa.Table) -> dict[str, pa.Table]:
     return gauge_parts_split(gauges, [0, gauges.num_rows])[0]
 
 
-def gauge_parts_split(gauges: pa.Table, bounds: Sequence[int]) -> list[dict[str, pa.Table]]:
+@dataclass
+class PartPicks:
+    """The rows :func:`gauge_parts_split` picked from the last table it was
+    given, reused for the next table whose ``metric`` and ``attributes``
+    columns are equal (a poller's batches name the same series in the same
+    order, poll after poll): two column comparisons instead of a filter per
+    part. One per stream of batches (a host's gauges); not thread-safe."""
+
+    metric: pa.ChunkedArray | None = None
+    attributes: pa.ChunkedArray | None = None
+    rows: dict[str, tuple[pa.Array, np.ndarray]] = field(default_factory=dict)
+    reused: int = 0
+    """Tables whose picks were reused."""
+
+
+def gauge_parts_split(gauges: pa.Table, bounds: Sequence[int],
+                      picks: PartPicks | None = None) -> list[dict[str, pa.Table]]:
     """:func:`gauge_parts` of each slice ``gauges[bounds[i]:bounds[i + 1]]``
     (``bounds`` ascending, from 0 to ``num_rows``), with the rows picked once
     for the whole table: the same tables as one call per slice, for the
-    price of one."""
+    price of one. ``picks`` (optional) remembers the picks across calls
+    (:class:`PartPicks`); the tables are the same with it or without."""
     # Rows are picked by index from the plain columns; the attribute map is
     # looked up only on the rows of one metric (filtering a many-chunk table
     # with its map column costs ~100x more on a window of 30 batches).
     base = gauges.select(["ts_ns", "value", "gpu_index"]).combine_chunks()
-    metric = gauges.column("metric").cast(pa.string())
+    metric = gauges.column("metric")
     attrs = gauges.column("attributes")
     edges = np.asarray(bounds, dtype=np.int64)
 
-    def rows(name: str, key: str | None, want: str | None) -> list[pa.Table]:
-        idx = pc.indices_nonzero(pc.equal(metric, name))
+    def pick(names: pa.ChunkedArray, name: str, key: str | None, want: str | None
+             ) -> tuple[pa.Array, np.ndarray]:  # fmt: skip
+        idx = pc.indices_nonzero(pc.equal(names, name))
         if key is not None and len(idx):
             found = pc.map_lookup(attrs.take(idx), pa.scalar(key), "first")
             idx = idx.filter(pc.fill_null(pc.equal(found, want), False))
+        return idx, idx.to_numpy(zero_copy_only=False)
+
+    if (picks is not None and picks.metric is not None and picks.attributes is not None
+            and metric.equals(picks.metric) and attrs.equals(picks.attributes)):
+        rows = picks.rows
+        picks.reused += 1
+    else:
+        names = metric.cast(pa.string())
+        rows = {part: pick(names, *spec) for part, spec in _PARTS.items()}
+        if picks is not None:
+            picks.metric, picks.attributes, picks.rows = metric, attrs, rows
+
+    def cut(idx: pa.Array, at_rows: np.ndarray) -> list[pa.Table]:
         sub = base.take(idx)
         if len(edges) == 2:
             return [sub]
-        at = np.searchsorted(idx.to_numpy(zero_copy_only=False), edges)
+        at = np.searchsorted(at_rows, edges)
         return [sub.slice(int(a), int(b - a)) for a, b in itertools.pairwise(at)]
 
-    cols = {part: rows(*spec) for part, spec in _PARTS.items()}
+    cols = {part: cut(*rows[part]) for part in _PARTS}
     return [{part: cols[part][i] for part in _PARTS} for i in range(len(edges) - 1)]
 
 

@@ -30,6 +30,7 @@ from exporter.schema import BOTTLENECK, DRIFT_STATUS, plain
 from stream_analytics.bottleneck import (
     CLASSES,
     Features,
+    PartPicks,
     classify,
     features_from_parts,
     gauge_features,
@@ -89,6 +90,7 @@ class OnlineVerdicts:
         # host -> gauge_parts of its last gauge_batches samples (not the rows)
         self._gauges: dict[str, deque[dict[str, pa.Table]]] = {}
         self._gauge_ts: dict[str, int] = {}  # hosts whose GPU drift streams moved
+        self._picks: dict[str, PartPicks] = {}  # host -> its gauge rows' part picks
 
     def ingest_gauges(self, host: str, table: pa.Table) -> None:
         """Remember the host's last ``gauge_batches`` GAUGE_SAMPLE samples (classifier
@@ -100,7 +102,8 @@ class OnlineVerdicts:
         sample would, so the window stays 30 samples whatever the publish
         cadence."""
         window = self._gauges.setdefault(host, deque(maxlen=self.gauge_batches))
-        window.extend(gauge_parts_split(table, _sample_bounds(table)))  # once, not per flush
+        picks = self._picks.setdefault(host, PartPicks())
+        window.extend(gauge_parts_split(table, _sample_bounds(table), picks))  # once a batch
         self.drift.update_gauges(table, host)
         if table.num_rows:
             ts = int(pc.max(table.column("ts_ns")).as_py())

@@ -91,9 +91,13 @@ def _long_name(pid: int, comm: str) -> str:
     return ext if ext.startswith(comm) else comm
 
 
-def proc_entries(proc: str = "/proc") -> Iterator[ProcEntry]:
+def proc_entries(proc: str = "/proc", names: dict[tuple[int, int], str] | None = None
+                 ) -> Iterator[ProcEntry]:  # fmt: skip
     """Every process under ``proc``, one ``stat`` read each; a process that
-    exits meanwhile is skipped."""
+    exits meanwhile is skipped. ``names`` (optional) remembers the names read
+    from ``cmdline`` (for a ``comm`` of 15 characters) by ``(pid, start
+    ticks)``, so a rescan reads each process's ``cmdline`` once, as psutil's
+    ``Process.name()`` caches it; the caller prunes it."""
     boot = psutil.boot_time()
     for d in os.listdir(proc):
         if not d.isdigit():
@@ -108,7 +112,14 @@ def proc_entries(proc: str = "/proc") -> Iterator[ProcEntry]:
             continue
         pid = int(d)
         comm = data[lp + 1:rp].decode("utf-8", "surrogateescape")
-        name = _long_name(pid, comm) if len(comm) >= 15 else comm
+        if len(comm) < 15:
+            name = comm
+        elif names is None:
+            name = _long_name(pid, comm)
+        else:
+            ident = (pid, int(fields[19]))
+            got = names.get(ident)
+            name = got if got is not None else names.setdefault(ident, _long_name(pid, comm))
         ctime = float(fields[19]) / CLOCK_TICKS + boot
         yield ProcEntry(pid, int(fields[1]), name, fields[0].decode(), int(ctime * 1e9))
 
@@ -156,6 +167,7 @@ class Discovery:
     drops: Counter[str] = field(default_factory=Counter)
     _unreadable: set[tuple[int, int]] = field(default_factory=set)
     _left_out: set[tuple[int, int]] = field(default_factory=set)
+    _names: dict[tuple[int, int], str] = field(default_factory=dict)  # (pid, start) -> name
 
     def __post_init__(self) -> None:
         self._comm_re = re.compile(self.selectors.comm) if self.selectors.comm else None
@@ -234,7 +246,11 @@ class Discovery:
 
     def scan(self) -> dict[int, Target]:
         """The processes to watch now, by pid (see the module doc)."""
-        entries = {e.pid: e for e in sorted(proc_entries())}
+        entries = {e.pid: e for e in sorted(proc_entries(names=self._names))}
+        for ident in [i for i in self._names if i[0] not in entries]:  # gone: forget
+            del self._names[ident]
+        if len(self._names) > 4 * len(entries) + 64:  # pids reused between scans: start over
+            self._names.clear()
         kids_of: dict[int, list[int]] = {}  # one ppid map per scan, for both trees
         for e in entries.values():
             kids_of.setdefault(e.ppid, []).append(e.pid)

@@ -233,6 +233,7 @@ class GpuCollector:
         self.drops: collections.Counter[str] = collections.Counter()
         """Dropped readings / failed polls by bounded reason token."""
         self._tracker = ResidencyTracker()
+        self._tables = R.TableCache()
         self._seq = itertools.count()
         self._run = f"gpu-{ctx.host}-{uuid.uuid4().hex[:12]}"
         if backend is None:
@@ -274,7 +275,7 @@ class GpuCollector:
         rows = res.rows + self._tracker.ratios(res.rows)
         if not rows:
             return []
-        table = R.to_table(rows, ts_ns=ts, source=self.source)
+        table = self._tables.build(rows, ts_ns=ts, source=self.source)
         return [Emit("gauge_sample", table, f"{self._run}:{next(self._seq)}")]
 
     def close(self) -> None:

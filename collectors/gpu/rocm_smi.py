@@ -111,16 +111,42 @@ def _plan(key: str) -> _Plan:
     return plan
 
 
+# One card's readings, planned once per key set: (key, metric, factor, unit,
+# kind, the row's attributes with the device's merged in, sorted)
+_CardPlan = list[tuple[str, str, float, str, str, tuple[tuple[str, str], ...]]]
+_CARD_PLANS: dict[tuple[object, ...], _CardPlan] = {}
+_MAX_CARD_PLANS = 64  # distinct (device, key set) pairs remembered; past it: planned each poll
+
+
+def _card_plan(dev: R.Device, keys: tuple[str, ...]) -> _CardPlan:
+    """The readings among ``keys`` and their rows' fixed parts, memoised: a
+    poll of the same GPUs sees the same keys in the same order, so the
+    ~70 keys of a card are looked at once, not at every poll."""
+    memo = (dev.index, dev.uuid, tuple(dev.attrs.items()), keys)
+    got = _CARD_PLANS.get(memo)
+    if got is not None:
+        return got
+    plan: _CardPlan = []
+    for key in keys:
+        p = _plan(key)
+        if p is not None:
+            metric, factor, unit, kind, attrs = p
+            plan.append((key, metric, factor, unit, kind,
+                         dev.row(metric, 0.0, unit, kind, **_kw(attrs)).attributes))
+    if len(_CARD_PLANS) < _MAX_CARD_PLANS:
+        _CARD_PLANS[memo] = plan
+    return plan
+
+
 def parse_card(index: int, card: Mapping[str, Any], where: str = "") -> R.ParseResult:
     """Rows of one ``cardN`` object; ``where`` prefixes error messages."""
     res = R.ParseResult()
     dev = _device(index, card)
     seen_clocks: set[str] = set()
-    for key, raw in card.items():
-        plan = _plan(key)
-        if plan is None:
-            continue
-        metric, factor, unit, kind, attrs = plan
+    rows = res.rows
+    throttled: tuple[tuple[str, str], ...] | None = None
+    for key, metric, factor, unit, kind, attributes in _card_plan(dev, tuple(card)):
+        raw = card[key]
         try:
             value = R.parse_number(raw)
         except ValueError as e:
@@ -129,12 +155,16 @@ def parse_card(index: int, card: Mapping[str, Any], where: str = "") -> R.ParseR
         if value is None:
             continue
         if metric == R.CLOCK:
-            if attrs["clock"] in seen_clocks:
+            clock = dict(attributes)["clock"]
+            if clock in seen_clocks:
                 continue
-            seen_clocks.add(attrs["clock"])
-        res.rows.append(dev.row(metric, value * factor, unit, kind, **_kw(attrs)))
+            seen_clocks.add(clock)
+        rows.append(R.Row(metric, value * factor, unit, index, dev.uuid, kind, attributes))
         if metric == R.THROTTLE_STATUS:
-            res.rows.append(dev.row(R.THROTTLED, 1.0 if value else 0.0, "1", reason="any"))
+            if throttled is None:
+                throttled = dev.row(R.THROTTLED, 0.0, "1", reason="any").attributes
+            rows.append(R.Row(R.THROTTLED, 1.0 if value else 0.0, "1", index, dev.uuid,
+                              R.GAUGE, throttled))
     return res
 
 

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from prometheus_client.core import (
@@ -111,6 +112,35 @@ class _Sched:
     hist_sum_ns: float = 0.0
     seen: float = 0.0
     comm: str = ""  # the process's comm: its main thread's (tid == pid), else the first seen
+
+
+_SERIES_COLUMNS = ("metric", "unit", "kind", "gpu_index", "gpu_uuid", "attributes")
+
+
+def _newest_sample_when_alike(b: pa.RecordBatch, ts: np.ndarray) -> pa.RecordBatch:
+    """The rows of ``b``'s newest sample (its last run of equal ``ts_ns``; ``b``
+    in time order) when every older sample names the same series in the same
+    order and no value is null or NaN, else ``b``. A batch of k samples of one
+    poller (``run --publish-interval``) then costs one sample's rows: the older
+    rows would only be skipped as older values of the same series."""
+    n = len(ts)
+    if n < 2:
+        return b
+    cuts = np.flatnonzero(ts[1:] != ts[:-1]) + 1
+    if not len(cuts):
+        return b
+    width = n - int(cuts[-1])
+    starts = np.concatenate(([0], cuts))
+    if n % width or not (np.diff(np.append(starts, n)) == width).all():
+        return b
+    value = b.column("value")
+    if value.null_count or np.isnan(value.to_numpy(zero_copy_only=False)).any():
+        return b  # every NaN row is counted, and an older value may stand in for it
+    ids = b.select(list(_SERIES_COLUMNS))
+    newest = ids.slice(n - width, width)
+    if not all(ids.slice(int(a), width).equals(newest) for a in starts[:-1]):
+        return b
+    return b.slice(n - width, width)
 
 
 class PromState:
@@ -255,6 +285,8 @@ class PromState:
         ts = b.column("ts_ns").to_numpy()
         if len(ts) > 1 and (ts[1:] < ts[:-1]).any():  # not in time order: stable sort
             b = b.take(pc.sort_indices(b, [("ts_ns", "ascending")]))
+            ts = b.column("ts_ns").to_numpy()
+        b = _newest_sample_when_alike(b, ts)
         cols = {n: b.column(n).to_pylist() for n in
                 ("metric", "value", "unit", "kind", "gpu_index", "gpu_uuid", "attributes")}
         done: set[tuple[Any, ...]] = set()  # raw series already set from a newer row

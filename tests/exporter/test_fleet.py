@@ -69,6 +69,15 @@ def test_split_by_host_groups_rows_keeps_order_and_routes_null_to_default() -> N
     assert split_by_host(t.slice(0, 0), "self") == []
 
 
+def test_split_by_host_of_one_host_gives_the_table_itself() -> None:
+    """One host (a node's daemon; null rows included when the default is that
+    host): one group holding every row in order, the table itself, unfiltered."""
+    t = pa.table({"host": ["n.1", None, "n.1"], "v": [1, 2, 3]})
+    ((host, rows),) = split_by_host(t, "n.1")
+    assert (host, rows.column("v").to_pylist()) == ("n_1", [1, 2, 3])
+    assert rows is t
+
+
 def test_gauge_attribute_named_host_cannot_override_the_host_label() -> None:
     """A GPU attribute `host` never replaces the message's host, so hosts never collide."""
     t = _power(5.0).set_column(8, "attributes", pa.array(

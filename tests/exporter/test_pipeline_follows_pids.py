@@ -6,6 +6,7 @@ collector on a real busy child process, a real nats-server. Counts of
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import time
@@ -114,6 +115,38 @@ def test_without_a_watched_set_the_interval_alone_paces_collect(
         stop.set()
         await asyncio.gather(*tasks)
         assert (pipe.health["proc"].calls, pipe.early_collects) == (1, 0)
+        await pipe.close()
+
+    asyncio.run(go())
+
+
+def test_collector_loops_leave_no_task_behind_when_stopped(nats_server: EmbeddedNats) -> None:
+    """A ``follows_pids`` collector (proc) and a plain one, each looping on its
+    interval, and the publisher: once ``stop`` is set and the loops return,
+    no task is left but those before them (their stop and wake waiters are
+    cancelled, not leaked)."""
+
+    async def go() -> None:
+        pids: set[int] = set()
+        pipe = Pipeline("tasks", BusConfig(url=nats_server.url), watched=pids,
+                        publish_interval_s=0.01)
+        await pipe.open()
+        proc = create("proc", CollectorContext("tasks", pids, {"interval_s": 0.01},
+                                               lambda _: None))
+        finder = Finder(pids, os.getpid(), lambda: False)
+        pipe.add(proc)
+        pipe.add(finder)  # type: ignore[arg-type]
+        stop = asyncio.Event()
+        before = asyncio.all_tasks()  # the test's and the NATS client's
+        tasks = [asyncio.create_task(pipe.run_collector(c, stop)) for c in (proc, finder)]
+        tasks.append(asyncio.create_task(pipe.run_publisher(stop)))
+        await _until(lambda: finder.calls >= 20, "finder made 20 calls")
+        stop.set()
+        await asyncio.gather(*tasks)
+        await asyncio.sleep(0)  # let cancelled waiters finish
+        left = asyncio.all_tasks() - before
+        assert not left, [t.get_coro() for t in left]
+        assert pipe.early_collects >= 1  # the finder's 3rd call added this process
         await pipe.close()
 
     asyncio.run(go())

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from exporter.schema import ANALYTICS_RESULT, conform
-from stream_analytics.bottleneck import gauge_parts, gauge_parts_split
+from stream_analytics.bottleneck import PartPicks, gauge_parts, gauge_parts_split
 from stream_analytics.verdicts import OnlineVerdicts
 from tests.stream_analytics.test_verdicts import _snapshot
 
@@ -80,4 +80,33 @@ def test_gauge_parts_split_equals_one_gauge_parts_call_per_sample() -> None:
         assert g.keys() == w.keys()
         for part in w:
             assert g[part].to_pylist() == w[part].to_pylist()
+    assert sum(g["power"].num_rows for g in got) > 0
+
+
+def test_part_picks_are_reused_for_alike_tables_and_redone_for_others() -> None:
+    """With a :class:`PartPicks`, batches of real samples naming the same series
+    reuse the first batch's row picks (``reused`` counts them) and give the
+    same part tables as without; a batch naming other series (the first
+    sample's rows reversed) is picked anew, and still gives the same tables."""
+    def bounds(samples: list[pa.Table]) -> list[int]:
+        out = [0]
+        for s in samples:
+            out.append(out[-1] + s.num_rows)
+        return out
+
+    picks = PartPicks()
+    for start in (0, 2, 4):
+        samples = _samples(6)[start:start + 2]
+        t = pa.concat_tables(samples)
+        got = gauge_parts_split(t, bounds(samples), picks)
+        want = gauge_parts_split(t, bounds(samples))
+        assert [{k: v.to_pylist() for k, v in g.items()} for g in got] == \
+            [{k: v.to_pylist() for k, v in w.items()} for w in want]
+    assert picks.reused == 2
+    other = [_samples(1)[0].take(pa.array(range(_samples(1)[0].num_rows - 1, -1, -1)))]
+    t = pa.concat_tables(other)
+    got, want = gauge_parts_split(t, bounds(other), picks), gauge_parts_split(t, bounds(other))
+    assert [{k: v.to_pylist() for k, v in g.items()} for g in got] == \
+        [{k: v.to_pylist() for k, v in w.items()} for w in want]
+    assert picks.reused == 2
     assert sum(g["power"].num_rows for g in got) > 0

@@ -52,3 +52,38 @@ def test_proc_entries_agree_with_psutil(tmp_path: Path) -> None:
         for k in kids:
             k.kill()
             k.wait()
+
+
+def test_a_long_name_is_read_from_cmdline_once_per_process_start(tmp_path: Path) -> None:
+    """With a ``names`` memo, a child with a 26-character name gets it from its
+    ``cmdline`` on the first scan and from the memo (keyed by pid and start
+    ticks) on the next: a value planted in the memo comes back, and the
+    entries otherwise equal a scan without the memo. ``Discovery.scan``
+    forgets a process's name once it has exited."""
+    from collectors.discovery.scan import Discovery, Selectors
+
+    long_exe = tmp_path / "aaco-long-name-process-xyz"
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", long_exe)
+    kid = subprocess.Popen([str(long_exe), "600"])
+    try:
+        for _ in range(500):
+            if Path(f"/proc/{kid.pid}/comm").read_text().strip() == "aaco-long-name-":
+                break
+            time.sleep(0.01)
+        names: dict[tuple[int, int], str] = {}
+        first = {e.pid: e for e in proc_entries(names=names)}
+        (ident,) = [i for i in names if i[0] == kid.pid]
+        assert names[ident] == first[kid.pid].name == "aaco-long-name-process-xyz"
+        names[ident] = "planted"
+        again = {e.pid: e for e in proc_entries(names=names)}
+        assert again[kid.pid].name == "planted"
+        plain = {e.pid: e for e in proc_entries()}
+        assert plain[kid.pid].name == "aaco-long-name-process-xyz"
+        d = Discovery(Selectors(auto=False, comm="^aaco-long-name"), exclude=set())
+        assert [t.reason for t in d.scan().values() if t.pid == kid.pid] == ["comm"]
+        assert any(i[0] == kid.pid for i in d._names)
+    finally:
+        kid.kill()
+        kid.wait()
+    d.scan()
+    assert not any(i[0] == kid.pid for i in d._names)

@@ -105,3 +105,44 @@ def test_two_raw_series_with_one_exposition_name_show_the_newest_row() -> None:
         ts = pa.array([i + 1 for i in order], pa.int64())
         one.ingest("gauge_sample", "n", b.set_column(0, "ts_ns", ts))
         assert [ln.rsplit(" ", 1)[1] for ln in _power(_exposition(one))] == ["3.0"]
+
+
+def test_alike_samples_are_read_from_the_newest_alone() -> None:
+    """5 real GPU samples naming the same series in the same order: only the
+    newest sample's rows are turned into Python values (the older rows would
+    only be skipped); a batch whose older sample names a series the newest
+    lacks is read whole, so that series still shows its value."""
+    from exporter.sinks.prometheus import _newest_sample_when_alike
+
+    gauges = [schema.plain(g) for g in _samples(5)]
+    batch = pa.Table.from_batches(gauges).combine_chunks().to_batches()[0]
+    ts = batch.column("ts_ns").to_numpy()
+    newest = _newest_sample_when_alike(batch, ts)
+    assert newest.equals(gauges[-1])
+    extra = _power_rows([123.0], [[("sensor", "extra")]]).set_column(
+        0, "ts_ns", pa.array([1_000], pa.int64()))
+    mixed_tables = [pa.Table.from_batches([schema.plain(extra)]).cast(
+        pa.Table.from_batches([gauges[0]]).schema), *[pa.Table.from_batches([g]) for g in gauges]]
+    mixed = pa.concat_tables(mixed_tables).combine_chunks().to_batches()[0]
+    assert _newest_sample_when_alike(mixed, mixed.column("ts_ns").to_numpy()) is mixed
+    state = PromState()
+    state.ingest("gauge_sample", "node1", mixed)
+    assert any('sensor="extra"' in ln and ln.endswith(" 123.0")
+               for ln in _power(_exposition(state)))
+
+
+def test_samples_of_equal_size_naming_other_series_are_read_whole() -> None:
+    """An older sample as wide as the newest but naming its series in another
+    order is not taken as alike: the batch is read whole, and renders as the
+    samples one batch each."""
+    from exporter.sinks.prometheus import _newest_sample_when_alike
+
+    gauges = [schema.plain(g) for g in _samples(3)]
+    oldest = gauges[0].take(pa.array(range(gauges[0].num_rows - 1, -1, -1)))
+    batch = pa.Table.from_batches([oldest, *gauges[1:]]).combine_chunks().to_batches()[0]
+    assert _newest_sample_when_alike(batch, batch.column("ts_ns").to_numpy()) is batch
+    one, many = PromState(), PromState()
+    one.ingest("gauge_sample", "node1", batch)
+    for g in (oldest, *gauges[1:]):
+        many.ingest("gauge_sample", "node1", g)
+    assert _exposition(one) == _exposition(many)
