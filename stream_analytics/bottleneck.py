@@ -372,19 +372,39 @@ def gauge_parts(gauges: pa.Table) -> dict[str, pa.Table]:
     return gauge_parts_split(gauges, [0, gauges.num_rows])[0]
 
 
-@dataclass
 class PartPicks:
-    """The rows :func:`gauge_parts_split` picked from the last table it was
-    given, reused for the next table whose ``metric`` and ``attributes``
-    columns are equal (a poller's batches name the same series in the same
-    order, poll after poll): two column comparisons instead of a filter per
-    part. One per stream of batches (a host's gauges); not thread-safe."""
+    """The rows :func:`gauge_parts_split` picked from recent tables, reused for
+    a table whose ``metric`` and ``attributes`` columns equal one of theirs (a
+    poller's batches name the same series in the same order, poll after
+    poll): two column comparisons instead of a filter per part. Kept per
+    table length, as a publish interval's batch holds one sample more or less
+    from one publish to the next; at most :attr:`MAX_KEPT` lengths. One per
+    stream of batches (a host's gauges); not thread-safe."""
 
-    metric: pa.ChunkedArray | None = None
-    attributes: pa.ChunkedArray | None = None
-    rows: dict[str, tuple[pa.Array, np.ndarray]] = field(default_factory=dict)
-    reused: int = 0
-    """Tables whose picks were reused."""
+    MAX_KEPT = 8
+
+    def __init__(self) -> None:
+        # num_rows -> (metric, attributes, the picks: part -> row indices)
+        self._kept: dict[int, tuple[pa.ChunkedArray, pa.ChunkedArray,
+                                    dict[str, tuple[pa.Array, np.ndarray]]]] = {}
+        self.reused = 0
+        """Tables whose picks were reused."""
+
+    def get(self, metric: pa.ChunkedArray, attributes: pa.ChunkedArray
+            ) -> dict[str, tuple[pa.Array, np.ndarray]] | None:  # fmt: skip
+        """The picks of a table with these columns, or None."""
+        got = self._kept.get(len(metric))
+        if got is None or not (metric.equals(got[0]) and attributes.equals(got[1])):
+            return None
+        self.reused += 1
+        return got[2]
+
+    def put(self, metric: pa.ChunkedArray, attributes: pa.ChunkedArray,
+            rows: dict[str, tuple[pa.Array, np.ndarray]]) -> None:
+        """Keep the picks of a table with these columns (its length's last)."""
+        if len(self._kept) >= self.MAX_KEPT and len(metric) not in self._kept:
+            self._kept.clear()
+        self._kept[len(metric)] = (metric, attributes, rows)
 
 
 def gauge_parts_split(gauges: pa.Table, bounds: Sequence[int],
@@ -410,15 +430,12 @@ def gauge_parts_split(gauges: pa.Table, bounds: Sequence[int],
             idx = idx.filter(pc.fill_null(pc.equal(found, want), False))
         return idx, idx.to_numpy(zero_copy_only=False)
 
-    if (picks is not None and picks.metric is not None and picks.attributes is not None
-            and metric.equals(picks.metric) and attrs.equals(picks.attributes)):
-        rows = picks.rows
-        picks.reused += 1
-    else:
+    rows = picks.get(metric, attrs) if picks is not None else None
+    if rows is None:
         names = metric.cast(pa.string())
         rows = {part: pick(names, *spec) for part, spec in _PARTS.items()}
         if picks is not None:
-            picks.metric, picks.attributes, picks.rows = metric, attrs, rows
+            picks.put(metric, attrs, rows)
 
     def cut(idx: pa.Array, at_rows: np.ndarray) -> list[pa.Table]:
         sub = base.take(idx)

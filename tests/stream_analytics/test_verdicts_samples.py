@@ -110,3 +110,23 @@ def test_part_picks_are_reused_for_alike_tables_and_redone_for_others() -> None:
         [{k: v.to_pylist() for k, v in w.items()} for w in want]
     assert picks.reused == 2
     assert sum(g["power"].num_rows for g in got) > 0
+
+
+def test_part_picks_are_kept_per_batch_length() -> None:
+    """Batches of 2, 3, 2 and 3 real samples (a publish interval catching one
+    poll more or less): the third and fourth reuse the picks of the batch of
+    their length; the tables equal those picked without a memo."""
+    picks = PartPicks()
+    samples = _samples(10)
+    start = 0
+    for k in (2, 3, 2, 3):
+        batch = samples[start:start + k]
+        start += k
+        t = pa.concat_tables(batch)
+        bounds = [0]
+        for s in batch:
+            bounds.append(bounds[-1] + s.num_rows)
+        got, want = gauge_parts_split(t, bounds, picks), gauge_parts_split(t, bounds)
+        assert [{p: v.to_pylist() for p, v in g.items()} for g in got] == \
+            [{p: v.to_pylist() for p, v in w.items()} for w in want]
+    assert picks.reused == 2
