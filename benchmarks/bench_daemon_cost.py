@@ -143,6 +143,16 @@ def _measure(name: str, proc: psutil.Process, seconds: float, port: int | None,
                    (c1 - c0) * pct, rss + nrss, pss + npss, rss, nrss, watched, -1, others)
 
 
+def stop(popen: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, 15 s to exit, then SIGKILL."""
+    popen.terminate()
+    try:
+        popen.wait(15)
+    except subprocess.TimeoutExpired:
+        popen.kill()
+        popen.wait(5)
+
+
 def _idle_children(tmp: Path, n: int) -> list[subprocess.Popen[bytes]]:
     exe = tmp / IDLE_COMM
     shutil.copy(shutil.which("sleep") or "/bin/sleep", exe)
@@ -192,12 +202,7 @@ def _daemon_leg(name: str, tree: Path, tmp: Path, args: argparse.Namespace,
         time.sleep(args.warmup)
         return _measure(name, proc, args.seconds, port, nats)
     finally:
-        popen.terminate()
-        try:
-            popen.wait(15)
-        except subprocess.TimeoutExpired:
-            popen.kill()
-            popen.wait(5)
+        stop(popen)
         log.close()
 
 
