@@ -62,6 +62,7 @@ the Prometheus sink and the bus codec (see benchmarks/README.md)."""
 
 _cpu: Counter[str] = Counter()
 _calls: Counter[str] = Counter()
+_lock = threading.Lock()  # the executor threads and the event loop call some targets both
 
 
 def _wrap(spec: str) -> bool:
@@ -87,8 +88,10 @@ def _wrap(spec: str) -> bool:
         try:
             return fn(*a, **k)
         finally:
-            _cpu[spec] += time.thread_time() - t0
-            _calls[spec] += 1
+            spent = time.thread_time() - t0
+            with _lock:
+                _cpu[spec] += spent
+                _calls[spec] += 1
 
     setattr(owner, name, timed)
     if owner is mod:  # `from module import fn` elsewhere
@@ -114,20 +117,23 @@ def _thread_ticks() -> dict[str, int]:
 
 def _report(path: Path, warmup_s: float, seconds: float) -> None:
     time.sleep(warmup_s)
-    _cpu.clear()
-    _calls.clear()
+    with _lock:
+        _cpu.clear()
+        _calls.clear()
     ticks0, proc0, w0 = _thread_ticks(), time.process_time(), time.monotonic()
     time.sleep(seconds)
     wall = time.monotonic() - w0
     ticks1, proc1 = _thread_ticks(), time.process_time()
+    with _lock:
+        cpu, calls = Counter(_cpu), Counter(_calls)
     hz = os.sysconf("SC_CLK_TCK")
     report = {
         "seconds": wall,
         "process_pct": 100.0 * (proc1 - proc0) / wall,
         "threads": {k: 100.0 * (v - ticks0.get(k, 0)) / hz / wall for k, v in ticks1.items()},
-        "functions": {k: {"ms_per_s": 1e3 * v / wall, "calls_per_s": _calls[k] / wall,
-                          "ms_per_call": 1e3 * v / max(_calls[k], 1)}
-                      for k, v in _cpu.most_common()},
+        "functions": {k: {"ms_per_s": 1e3 * v / wall, "calls_per_s": calls[k] / wall,
+                          "ms_per_call": 1e3 * v / max(calls[k], 1)}
+                      for k, v in cpu.most_common()},
         "skipped": SKIPPED,
     }
     tmp = path.with_suffix(".tmp")

@@ -112,8 +112,9 @@ def _plan(key: str) -> _Plan:
 
 
 # One card's readings, planned once per key set: (key, metric, factor, unit,
-# kind, the row's attributes with the device's merged in, sorted)
-_CardPlan = list[tuple[str, str, float, str, str, tuple[tuple[str, str], ...]]]
+# kind, the row's attributes with the device's merged in, sorted; the clock
+# domain of a clock reading, else None)
+_CardPlan = list[tuple[str, str, float, str, str, tuple[tuple[str, str], ...], str | None]]
 _CARD_PLANS: dict[tuple[object, ...], _CardPlan] = {}
 _MAX_CARD_PLANS = 64  # distinct (device, key set) pairs remembered; past it: planned each poll
 
@@ -132,7 +133,8 @@ def _card_plan(dev: R.Device, keys: tuple[str, ...]) -> _CardPlan:
         if p is not None:
             metric, factor, unit, kind, attrs = p
             plan.append((key, metric, factor, unit, kind,
-                         dev.row(metric, 0.0, unit, kind, **_kw(attrs)).attributes))
+                         dev.row(metric, 0.0, unit, kind, **_kw(attrs)).attributes,
+                         attrs.get("clock") if metric == R.CLOCK else None))
     if len(_CARD_PLANS) < _MAX_CARD_PLANS:
         _CARD_PLANS[memo] = plan
     return plan
@@ -145,7 +147,7 @@ def parse_card(index: int, card: Mapping[str, Any], where: str = "") -> R.ParseR
     seen_clocks: set[str] = set()
     rows = res.rows
     throttled: tuple[tuple[str, str], ...] | None = None
-    for key, metric, factor, unit, kind, attributes in _card_plan(dev, tuple(card)):
+    for key, metric, factor, unit, kind, attributes, clock in _card_plan(dev, tuple(card)):
         raw = card[key]
         try:
             value = R.parse_number(raw)
@@ -154,8 +156,7 @@ def parse_card(index: int, card: Mapping[str, Any], where: str = "") -> R.ParseR
             continue
         if value is None:
             continue
-        if metric == R.CLOCK:
-            clock = dict(attributes)["clock"]
+        if clock is not None:
             if clock in seen_clocks:
                 continue
             seen_clocks.add(clock)

@@ -273,6 +273,10 @@ def to_table(rows: list[Row], *, ts_ns: int, source: str) -> pa.RecordBatch:
                           pa.RecordBatch.from_arrays(arrays, schema=schema.GAUGE_SAMPLE))
 
 
+_TS = schema.GAUGE_SAMPLE.get_field_index("ts_ns")
+_VALUE = schema.GAUGE_SAMPLE.get_field_index("value")
+
+
 class TableCache:
     """:func:`to_table` for a poller whose rows keep their identities from poll
     to poll (the same GPUs and readings, in the same order): the columns that
@@ -308,6 +312,6 @@ class TableCache:
         self.reused += 1
         n = len(rows)
         cols = list(self._columns)
-        cols[0] = pa.array([ts_ns] * n, pa.int64())
-        cols[2] = pa.array([float(r.value) for r in rows], pa.float64())
+        cols[_TS] = pa.array([ts_ns] * n, pa.int64())
+        cols[_VALUE] = pa.array([float(r.value) for r in rows], pa.float64())
         return pa.RecordBatch.from_arrays(cols, schema=schema.GAUGE_SAMPLE)
