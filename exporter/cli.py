@@ -511,10 +511,13 @@ def replay(
     seconds per phase (parse, bus, analytics, bundle, trace) to stderr at the
     end, unless ``--quiet``. Exit status 2, after writing the bundle, when the
     bus outbox dropped messages."""
+    from exporter.blas_threads import import_numpy
     from exporter.malloc_tuning import tune_for_batch
-    from exporter.replay import start_parsing
 
     tune_for_batch()  # a bulk job: fewer page faults for a little more RSS
+    import_numpy()  # without OpenBLAS's 0.1 s spin beside the parser
+    from exporter.replay import start_parsing
+
     _skip_teardown()  # and no interpreter teardown once it has ended
     try:  # the parser starts first: it runs while the rest is imported and the bus opens
         parsing = start_parsing(paths)
