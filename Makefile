@@ -60,6 +60,7 @@ bench: setup
 	$(PY) benchmarks/bench_attribution.py
 	$(PY) benchmarks/bench_daemon_cost.py --baseline-ref cbcdf75 --sched-interval 1
 	$(PY) benchmarks/daemon_cpu_by_function.py
+	$(PY) benchmarks/bench_nats_floor.py
 	$(PY) benchmarks/bench_kernel_diff.py
 	$(PY) benchmarks/bench_diff_cmd.py --baseline-ref 286fbbe
 	$(PY) benchmarks/bench_llm_bus.py
