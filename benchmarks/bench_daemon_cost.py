@@ -66,7 +66,7 @@ from typing import Any
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchcommon import ROOT, machine_busy_s
+from benchcommon import ROOT, machine_busy_s, stop_process
 
 SMI = ROOT / "collectors/gpu/testdata/smi_ok_synthetic.sh"
 FIXTURE = ROOT / "collectors/gpu/testdata/smi/telegraf/mi100_rocm602.json"
@@ -143,16 +143,6 @@ def _measure(name: str, proc: psutil.Process, seconds: float, port: int | None,
                    (c1 - c0) * pct, rss + nrss, pss + npss, rss, nrss, watched, -1, others)
 
 
-def stop(popen: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, 15 s to exit, then SIGKILL."""
-    popen.terminate()
-    try:
-        popen.wait(15)
-    except subprocess.TimeoutExpired:
-        popen.kill()
-        popen.wait(5)
-
-
 def _idle_children(tmp: Path, n: int) -> list[subprocess.Popen[bytes]]:
     exe = tmp / IDLE_COMM
     shutil.copy(shutil.which("sleep") or "/bin/sleep", exe)
@@ -202,7 +192,7 @@ def _daemon_leg(name: str, tree: Path, tmp: Path, args: argparse.Namespace,
         time.sleep(args.warmup)
         return _measure(name, proc, args.seconds, port, nats)
     finally:
-        stop(popen)
+        stop_process(popen)
         log.close()
 
 

@@ -1,6 +1,7 @@
 """Pieces the throughput benchmarks share (``bench_pipeline.py``, ``bench_rocprof.py``,
 ``bench_capture_overhead.py``).
 
+* :func:`stop_process`: SIGTERM a child, then SIGKILL past a grace period;
 * **CPU metering**: :func:`self_cpu_s`, :func:`pid_cpu_s`, :func:`machine_busy_s` and
   :class:`Meter`, which reads wall clock, this process's CPU, one child's CPU and the
   CPU other processes used over one benchmark phase;
@@ -27,6 +28,7 @@ import multiprocessing as mp
 import os
 import resource
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -54,6 +56,20 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 # -- CPU accounting ---------------------------------------------------------------------
+def stop_process(p: subprocess.Popen[bytes] | None, term_wait_s: float = 15.0,
+                 kill_wait_s: float = 5.0) -> None:
+    """SIGTERM ``p``, ``term_wait_s`` for it to exit, then SIGKILL and
+    ``kill_wait_s`` more; nothing for ``None`` or a process already reaped."""
+    if p is None or p.poll() is not None:
+        return
+    p.terminate()
+    try:
+        p.wait(term_wait_s)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait(kill_wait_s)
+
+
 def self_cpu_s() -> float:
     """User + system CPU seconds of this process (all its threads).
 

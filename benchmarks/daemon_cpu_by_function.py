@@ -33,8 +33,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_daemon_cost import FIXTURE, IDLE_COMM, SMI, _free_port, _idle_children, stop
-from benchcommon import ROOT
+from bench_daemon_cost import FIXTURE, IDLE_COMM, SMI, _free_port, _idle_children
+from benchcommon import ROOT, stop_process
 
 RUNNER = Path(__file__).resolve().parent / "daemon_fn_runner.py"
 
@@ -67,7 +67,7 @@ def measure(seconds: float, warmup: float, procs: int, publish_interval: float |
         got: dict[str, object] = json.loads(report.read_text())
         return got
     finally:
-        stop(daemon)
+        stop_process(daemon)
         log.close()
         for k in kids:
             k.kill()

@@ -57,6 +57,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchcommon import stop_process  # noqa: E402
 
 MIB = 1 << 20
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -411,17 +413,6 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _stop(p: subprocess.Popen[bytes] | None) -> None:
-    if p is None or p.poll() is not None:
-        return
-    p.terminate()
-    try:
-        p.wait(30)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait(10)
-
-
 @dataclass
 class Stack:
     """The running served process and daemon, their ports and log files."""
@@ -488,8 +479,8 @@ def stack(workdir: Path, *, self_load: float, window_s: float,
             raise RuntimeError(f"expected one nats-server child of the daemon, found {nats}")
         yield Stack(server, daemon, nats[0], url, host, workdir)
     finally:
-        _stop(daemon)
-        _stop(server)
+        stop_process(daemon, 30, 10)
+        stop_process(server, 30, 10)
         dlog.close()
         slog.close()
 
