@@ -54,6 +54,25 @@ def test_non_numeric_field_rejected_with_line_rest_kept(tmp_path: Path) -> None:
     )
 
 
+def test_integers_with_spaces_or_a_plus_sign_are_read_as_their_values(tmp_path: Path) -> None:
+    """An integer field with spaces around it or a leading ``+`` (which the
+    int64 cast of the fast path rejects) is read as its value in safe mode,
+    and every row is kept: the "+" once made safe mode give up on the rest of
+    the file."""
+    ls = lines()[:4]
+    ref = tmp_path / "ref_synthetic_kernel_trace.csv"
+    ref.write_text("\n".join(ls) + "\n")
+    ls[2] = ls[2].replace(",1552082594709678,", ", 1552082594709678 ,")  # End_Timestamp
+    ls[3] = ls[3].replace(",855217,", ",+855217,")  # Thread_Id
+    p = tmp_path / "signed_synthetic_kernel_trace.csv"
+    p.write_text("\n".join(ls) + "\n")
+    r = Rejects()
+    t = parse(p, r)
+    assert r.counts == {}
+    assert t.num_rows == 3
+    assert t.equals(parse(ref, Rejects()))
+
+
 def test_end_before_start_and_duplicate_dispatch_id(tmp_path: Path) -> None:
     ls = lines()
     f = ls[1].split(",")
