@@ -408,14 +408,14 @@ def conform(signal: str, table: pa.Table | pa.RecordBatch) -> pa.RecordBatch:
                     ) from e
             if not f.nullable and col.null_count:
                 raise SchemaError("null_field", f"{signal}: required field {f.name!r} has nulls")
-            cols.append(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
+            if isinstance(col, pa.ChunkedArray):  # one chunk as it is: combine_chunks copies
+                col = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+            cols.append(col)
         elif f.nullable:
             cols.append(pa.nulls(n, f.type))
         else:
             raise SchemaError("missing_field", f"{signal}: required field {f.name!r} is missing")
-    out = pa.Table.from_arrays(cols, schema=schema).combine_chunks()
-    batches = out.to_batches()
-    return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=schema)
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
 def plain(data: _T) -> _T:
