@@ -57,6 +57,21 @@ def test_conform_of_a_table_already_in_the_schema_is_the_general_result() -> Non
     assert e.value.reason == "null_field"
 
 
+def test_conform_keeps_the_buffers_of_one_chunk_columns() -> None:
+    """The general path (columns reordered, missing ones added) hands a
+    column of one chunk on as it is, not copied: the conformed batch's
+    ``start_ns`` values are the input's own buffer; columns of two chunks
+    are combined into one."""
+    t = _kernels(1000)
+    one = schema.conform("kernel_span", t)
+    assert one.column("start_ns").buffers()[1].address == (
+        t.column("start_ns").chunk(0).buffers()[1].address)
+    two = pa.Table.from_batches(t.to_batches(max_chunksize=600))
+    assert two.column("start_ns").num_chunks == 2
+    got = schema.conform("kernel_span", two)
+    assert got.equals(one) and got.column("start_ns").to_pylist() == list(range(1000))
+
+
 @pytest.mark.parametrize(("headers", "payload", "reason"), [
     ({}, b"", "missing_header"),
     ({schema.H_SCHEMA: "nope", schema.H_VERSION: "1"}, b"", "unknown_schema"),
