@@ -194,23 +194,37 @@ def test_keep_up_gives_up_on_a_reader_that_fetches_nothing(
     assert read >= 90
 
 
-def test_readers_stay_read_behind_messages_behind_the_publisher(
+def test_readers_read_at_the_head_only_for_their_first_read_behind_messages(
         nats_server: EmbeddedNats, monkeypatch: pytest.MonkeyPatch) -> None:
-    """While the session publishes, neither reader takes a message that is
-    fewer than READ_BEHIND messages behind the publisher (the embedded
-    nats-server's memory grew with the input when they read at the head);
-    the drain reads the rest, and every row arrives."""
+    """While the session publishes, a reader takes messages at the head of
+    the stream (READ_BATCH waiting) until it has READ_BEHIND of them; after
+    that it never takes a message fewer than READ_BEHIND behind the
+    publisher (readers at the head throughout made the embedded
+    nats-server's memory grow with the input). Here the parser, 3 messages
+    in, waits until both readers have taken one: with the readers
+    READ_BEHIND behind from the start it would wait in vain. The drain reads
+    the rest, and every row arrives."""
     monkeypatch.setattr(session_mod, "READ_BEHIND", 5)
-    closest: list[int] = []
+    monkeypatch.setattr(session_mod, "READ_BATCH", 2)
+    over: list[tuple[int, int]] = []
+    at_head = threading.Event()
 
     async def go() -> tuple[int, int]:
         s = await Session.open("replay", BusConfig(url=nats_server.url))
 
+        def seen() -> tuple[int, int]:
+            return s.sink.rows["kernel_span"] // 50, s.consumer.received["kernel_span"]
+
         def parser() -> Iterator[Emit]:
             for i, e in enumerate(_emits(40)):
-                if i:
-                    closest.append(min(i - s.sink.rows["kernel_span"] // 50,
-                                       i - s.consumer.received["kernel_span"], 5) - min(i, 5))
+                if i == 3:
+                    deadline = time.monotonic() + 20
+                    while time.monotonic() < deadline and not all(seen()):
+                        time.sleep(0.01)
+                    if all(seen()):
+                        at_head.set()
+                # i messages published: at most the first 5 + one fetch of 2, or 5 behind
+                over.extend((i, n) for n in seen() if n > max(i - 5, 5 - 1 + 2))
                 yield e
 
         try:
@@ -222,5 +236,6 @@ def test_readers_stay_read_behind_messages_behind_the_publisher(
         return during, rows - s.sink.rows["kernel_span"]
 
     during, missing = asyncio.run(go())
-    assert min(closest) == 0  # behind by at least 5, or by all i published
-    assert during > 0 and missing == 0
+    assert at_head.is_set()
+    assert over == []
+    assert during > 6 and missing == 0
