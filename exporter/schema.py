@@ -408,14 +408,26 @@ def conform(signal: str, table: pa.Table | pa.RecordBatch) -> pa.RecordBatch:
                     ) from e
             if not f.nullable and col.null_count:
                 raise SchemaError("null_field", f"{signal}: required field {f.name!r} has nulls")
-            if isinstance(col, pa.ChunkedArray):  # one chunk as it is: combine_chunks copies
-                col = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
-            cols.append(col)
+            cols.append(one_array(col) if isinstance(col, pa.ChunkedArray) else col)
         elif f.nullable:
             cols.append(pa.nulls(n, f.type))
         else:
             raise SchemaError("missing_field", f"{signal}: required field {f.name!r} is missing")
     return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+def one_array(col: pa.ChunkedArray) -> pa.Array:
+    """``col`` as one array: its only chunk as it is, not copied
+    (``combine_chunks`` copies even a single chunk: 3 ms per 2M int64), else
+    its chunks combined.
+
+    >>> c = pa.chunked_array([[1, 2]])
+    >>> one_array(c).buffers()[1].address == c.chunk(0).buffers()[1].address
+    True
+    >>> one_array(pa.chunked_array([[1], [2]])).to_pylist()
+    [1, 2]
+    """
+    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
 
 
 def plain(data: _T) -> _T:

@@ -56,6 +56,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from exporter.ranges import join_ranges, kernel_join_time
+from exporter.schema import one_array
 
 MICRO_KERNEL_NS = 10_000
 """Kernels shorter than this (10 us) count as micro-kernels (launch-bound evidence)."""
@@ -244,18 +245,12 @@ def _min(col: pa.ChunkedArray | pa.Array) -> int:
     return int(pc.min(col).as_py())
 
 
-def _one(col: pa.ChunkedArray) -> pa.Array:
-    """``col`` as one array: its only chunk as it is (``combine_chunks`` copies
-    even one chunk: 3 ms per 2M int64), else the chunks combined."""
-    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
-
-
 def _col(t: pa.Table, name: str, default: Any, n: int) -> pa.Array:
     """Column ``name`` of ``t`` as one plain array (a dictionary decoded), nulls
     as ``default`` (None: kept); a missing column is ``n`` times ``default``.
     A column without nulls is not copied (``fill_null`` copies it regardless)."""
     if name in t.column_names:
-        c = _one(t.column(name))
+        c = one_array(t.column(name))
         if pa.types.is_dictionary(c.type):
             c = c.cast(c.type.value_type)
         return c.fill_null(default) if default is not None and c.null_count else c
@@ -269,7 +264,7 @@ def _dict_col(t: pa.Table, name: str, default: str, n: int) -> pa.Array:
     dictionary when absent): no string per row (a GPU trace's ``model`` is
     null on every row; hashing 2M empty strings took 78 ms)."""
     if name in t.column_names:
-        c = _one(t.column(name))
+        c = one_array(t.column(name))
         if pa.types.is_dictionary(c.type) and not c.dictionary.null_count:
             if c.null_count:
                 d = c.dictionary.cast(pa.string())
@@ -300,7 +295,7 @@ def _codes(t: pa.Table, name: str, default: str) -> tuple[np.ndarray[Any, Any], 
     n = t.num_rows
     if name not in t.column_names:
         return np.zeros(n, np.int32), [default]
-    c = _one(t.column(name))
+    c = one_array(t.column(name))
     if not pa.types.is_dictionary(c.type):
         c = pc.dictionary_encode(c.fill_null(default))
     elif c.null_count:
