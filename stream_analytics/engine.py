@@ -395,6 +395,10 @@ def in_pieces(t: pa.Table, rows: int, bucket_ns: int) -> Iterator[pa.Table]:
         for off in range(0, n, rows):
             yield t.slice(off, rows)
         return
+    # each column as one array first: a take from a column of many chunks
+    # (the held table grows a chunk per message) concatenates all of them
+    # again for every slice (16 takes of 65,536 from 1M rows: 0.30 -> 0.10 s)
+    t = pa.Table.from_arrays([one_array(c) for c in t.columns], schema=t.schema)
     mcode, _, pid, bucket, start = _group_key(t, bucket_ns)
     order = np.lexsort((start, bucket, pid, mcode))
     del mcode, pid, bucket, start
@@ -645,9 +649,13 @@ class Analytics:
         piece, not of the held table."""
         now, done = time.time_ns(), 0
         for host, pid in list(self.joins):
-            for part in self._resolve(host, pid, now, force=True):
+            parts = self._resolve(host, pid, now, force=True)
+            while parts:
+                part = parts.pop(0)
                 done += part.num_rows
-                for piece in in_pieces(part, SETTLE_ROWS, self.bucket_ns):
+                pieces = in_pieces(part, SETTLE_ROWS, self.bucket_ns)
+                del part  # in_pieces holds the only reference: its combined copy replaces it
+                for piece in pieces:
                     self._reduce(host, piece)
         return done
 
