@@ -6,7 +6,8 @@ from the rocm-smi test double, the scheduler collector on ``/proc``, the
 embedded nats-server, analytics on, ``/metrics`` scraped every 15 s, run
 through ``daemon_fn_runner.py``: each function it names is timed with the
 CPU clock of the thread that calls it, over ``--seconds`` after
-``--warmup``. Prints one row per function (ms of CPU per second of wall
+``--warmup``, and so are Python's garbage collections (``gc (generation
+N)``). Prints one row per function (ms of CPU per second of wall
 time, calls per second, ms per call) and the CPU % of one core of each of
 the daemon's threads; writes ``benchmarks/results/daemon_cpu_by_function.json``.
 

@@ -10,6 +10,9 @@ only, the ones that are missing are listed as ``skipped``) is wrapped so
 that every call adds the CPU time of the thread that made it
 (``time.thread_time()``, i.e. ``CLOCK_THREAD_CPUTIME_ID``) to its total:
 inclusive times, so a function and its callee both count the callee's time.
+Python's cyclic garbage collections are counted apart, per generation
+(``gc (generation N)``, from ``gc.callbacks``), in whichever function
+triggered them.
 ``WARMUP_S`` seconds after start-up the totals are zeroed; ``SECONDS``
 later they are written to ``REPORT.json`` as ``{"functions": {name:
 {"ms_per_s", "calls_per_s", "ms_per_call"}}, "threads": {name: cpu % of one
@@ -26,6 +29,7 @@ Python-heavy code several times over in this daemon).
 from __future__ import annotations
 
 import functools
+import gc
 import importlib
 import inspect
 import json
@@ -33,7 +37,7 @@ import os
 import sys
 import threading
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +64,7 @@ TARGETS = (
 """What is accounted: the collectors' polls, the analytics fold and flush,
 the Prometheus sink and the bus codec (see benchmarks/README.md)."""
 
-_cpu: Counter[str] = Counter()
+_cpu: defaultdict[str, float] = defaultdict(float)
 _calls: Counter[str] = Counter()
 _lock = threading.Lock()  # the executor threads and the event loop call some targets both
 
@@ -101,6 +105,25 @@ def _wrap(spec: str) -> bool:
     return True
 
 
+_gc_t0: dict[int, float] = {}
+
+
+def _on_gc(phase: str, info: dict[str, int]) -> None:
+    """``gc.callbacks`` hook: the thread CPU of each collection, counted as
+    ``gc (generation N)`` (the thread that allocated runs it)."""
+    tid = threading.get_ident()
+    if phase == "start":
+        _gc_t0[tid] = time.thread_time()
+        return
+    t0 = _gc_t0.pop(tid, None)
+    if t0 is not None:
+        spec = f"gc (generation {info['generation']})"
+        spent = time.thread_time() - t0
+        with _lock:
+            _cpu[spec] += spent
+            _calls[spec] += 1
+
+
 def _thread_ticks() -> dict[str, int]:
     """utime + stime (clock ticks) of each thread of this process, by tid and name."""
     out: dict[str, int] = {}
@@ -125,7 +148,7 @@ def _report(path: Path, warmup_s: float, seconds: float) -> None:
     wall = time.monotonic() - w0
     ticks1, proc1 = _thread_ticks(), time.process_time()
     with _lock:
-        cpu, calls = Counter(_cpu), Counter(_calls)
+        cpu, calls = dict(_cpu), Counter(_calls)
     hz = os.sysconf("SC_CLK_TCK")
     report = {
         "seconds": wall,
@@ -133,7 +156,7 @@ def _report(path: Path, warmup_s: float, seconds: float) -> None:
         "threads": {k: 100.0 * (v - ticks0.get(k, 0)) / hz / wall for k, v in ticks1.items()},
         "functions": {k: {"ms_per_s": 1e3 * v / wall, "calls_per_s": calls[k] / wall,
                           "ms_per_call": 1e3 * v / max(calls[k], 1)}
-                      for k, v in cpu.most_common()},
+                      for k, v in sorted(cpu.items(), key=lambda kv: -kv[1])},
         "skipped": SKIPPED,
     }
     tmp = path.with_suffix(".tmp")
@@ -151,6 +174,7 @@ def main() -> None:
     import exporter.daemon  # noqa: F401
 
     SKIPPED.extend(t for t in TARGETS if not _wrap(t))
+    gc.callbacks.append(_on_gc)
     threading.Thread(target=_report, args=(Path(report), float(warmup), float(seconds)),
                      name="aaco-fn-report", daemon=True).start()
     sys.argv = ["aaco-exporter", *run_args]
