@@ -379,7 +379,9 @@ def in_pieces(t: pa.Table, rows: int, bucket_ns: int) -> Iterator[pa.Table]:
     from one slice to the next (``max_end``) is exact, and the records equal
     those of one ``_reduce`` of all of ``t``. Rows already sorted by start
     (a time-ordered trace) are sliced zero-copy; others are taken a slice at
-    a time in ``_reduce``'s own order (model, pid, group, start).
+    a time in ``_reduce``'s own order (model, pid, group, start), from ``t``'s
+    columns combined once into one array each (one copy of ``t``, which
+    replaces it here: a caller that lets go of ``t`` holds one table, not two).
 
     >>> t = pa.table({"pid": [1, 1, 1], "start_ns": [30, 10, 20], "end_ns": [31, 11, 21]})
     >>> [p["start_ns"].to_pylist() for p in in_pieces(t, 2, 10**9)]
@@ -645,8 +647,11 @@ class Analytics:
 
         Up to ``max_held`` kernels per pid are reduced :data:`SETTLE_ROWS` at
         a time (:func:`in_pieces`), which gives the same records as one
-        reduction of all of them while its temporaries stay the size of a
-        piece, not of the held table."""
+        reduction of all of them while the reduction's temporaries stay the
+        size of a piece, not of the held table. Held kernels out of start
+        order are combined into one array per column first; the held chunks
+        are let go as that copy replaces them, so one held table's worth is
+        in memory at a time."""
         now, done = time.time_ns(), 0
         for host, pid in list(self.joins):
             parts = self._resolve(host, pid, now, force=True)
@@ -654,7 +659,7 @@ class Analytics:
                 part = parts.pop(0)
                 done += part.num_rows
                 pieces = in_pieces(part, SETTLE_ROWS, self.bucket_ns)
-                del part  # in_pieces holds the only reference: its combined copy replaces it
+                del part  # the generator holds the only reference: its combined copy replaces it
                 for piece in pieces:
                     self._reduce(host, piece)
         return done
