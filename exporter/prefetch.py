@@ -22,7 +22,7 @@ from __future__ import annotations
 import queue
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -35,9 +35,12 @@ class _Raised:
         self.e = e
 
 
-def prefetch(it: Iterator[T], depth: int = 4, head_start: int = 0) -> Iterator[T]:
+def prefetch(it: Iterator[T], depth: int = 4, head_start: int = 0,
+             name: str = "prefetch") -> Generator[T, None, None]:
     """``it``'s items, produced up to ``depth`` ahead (``head_start`` before the
-    first is taken) in a daemon thread that starts now."""
+    first is taken) in a daemon thread named ``name`` that starts now.
+    ``close()`` on the result stops the thread and waits for it (its item
+    in progress finishes first)."""
     q: queue.Queue[object] = queue.Queue(maxsize=max(depth, head_start))
     stop = threading.Event()
 
@@ -60,15 +63,15 @@ def prefetch(it: Iterator[T], depth: int = 4, head_start: int = 0) -> Iterator[T
             return
         put(_END)
 
-    th = threading.Thread(target=work, name="prefetch", daemon=True)
+    th = threading.Thread(target=work, name=name, daemon=True)
     th.start()
-    items: Iterator[T] = _take(q, depth, stop, th)
+    items: Generator[T, None, None] = _take(q, depth, stop, th)
     weakref.finalize(items, stop.set)  # dropped before its first item: no finally runs
     return items
 
 
 def _take(q: queue.Queue[object], depth: int, stop: threading.Event,
-          th: threading.Thread) -> Iterator[T]:
+          th: threading.Thread) -> Generator[T, None, None]:
     try:
         while True:
             x = q.get()

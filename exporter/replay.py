@@ -72,8 +72,9 @@ async def replay(paths: Sequence[Path], out_parent: Path, bus_cfg: BusConfig,
     ``paths``; the command line starts it before it imports the rest);
     default: started here. Memory does not grow with the kernel rows: they
     stream from the parser (a worker thread :data:`HEAD_START` batches ahead
-    until publishing starts, then 4: :func:`exporter.prefetch.prefetch`)
-    to the bus, from the bus to ``profiler/kernels.parquet``, and from that
+    until publishing starts, then 4: :func:`exporter.prefetch.prefetch`;
+    a large CSV's reader 2 blocks ahead of it in one more,
+    :data:`collectors.rocprof.csvstream.READ_AHEAD`) to the bus, from the bus to ``profiler/kernels.parquet``, and from that
     file to ``trace.pftrace``.
 
     Raises ``FileNotFoundError`` for a path that does not exist and

@@ -3,8 +3,11 @@
 :class:`CsvStream` reads a CSV with :func:`pyarrow.csv.open_csv` (explicit
 column types, ``block_size`` bytes per batch, single-threaded so that
 malformed lines keep their line numbers) and yields record batches whose
-columns are renamed to output names. Memory is bounded by ``block_size``,
-not by file size.
+columns are renamed to output names. A file of more than
+:data:`READ_AHEAD_MIN` blocks is read :data:`READ_AHEAD` blocks ahead of
+their conversion by a worker thread; lines it drops are counted from that
+thread, the rows in order. Memory is bounded by ``block_size``, not by file
+size.
 
 Fast path: float columns are converted by the CSV reader itself, integer
 columns read as bytes and cast to int64 (cheaper than the reader's own
@@ -45,6 +48,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
 from collectors.rocprof.rejects import MAX_EXAMPLES, Rejects
+from exporter.prefetch import prefetch
 
 Kind = Literal["int", "float_int", "float", "agent", "name", "str"]
 """``int``: int64; ``float_int``: decimal or exponent text -> int64 (rounded); ``float``: float64;
@@ -52,6 +56,14 @@ Kind = Literal["int", "float_int", "float", "agent", "name", "str"]
 ``str``: plain string."""
 
 DEFAULT_BLOCK = 1 << 22
+READ_AHEAD = 2
+"""Blocks a file's CSV reader may parse ahead of their conversion, in a worker
+thread ("csv-read"): pyarrow's reader releases the GIL, so tokenizing the
+next blocks overlaps converting this one (2M rocprofv3 rows: the same CPU,
+8 alternating pairs, median wall 6.68 -> 6.01 s; ``benchmarks/README.md``)."""
+READ_AHEAD_MIN = 2
+"""Files of at most this many blocks are read in the caller's thread (a
+follow-mode chunk, a small trace: a thread would cost more than it saves)."""
 _INT_RX = r"^\s*[-+]?\d+\s*$"
 _FLOAT_RX = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"
 _DICT = pa.dictionary(pa.int32(), pa.string())
@@ -189,6 +201,7 @@ class CsvStream:
         self._ends_nl = True
         self._last_line = b""
         self._raw_done = 0
+        self._size = 0  # bytes of the source, from _head()
 
     # -- line numbers -------------------------------------------------
     def line_of(self, row: int) -> int:
@@ -208,7 +221,7 @@ class CsvStream:
     def _head(self) -> bytes:
         with self._open() as f:
             head = f.read(1 << 20)
-            size = f.size()
+            size = self._size = f.size()
             if size > 0:
                 tail_at = max(0, size - (1 << 16))
                 f.seek(tail_at)
@@ -289,18 +302,26 @@ class CsvStream:
                 quoted_strings_can_be_null=False,
             ),
         )
+        raws: Iterator[pa.RecordBatch] = iter(reader)
+        ahead = None
+        if isinstance(self.data, Path) and self._size > READ_AHEAD_MIN * self.block_size:
+            raws = ahead = prefetch(raws, depth=READ_AHEAD, name="csv-read")
         row0 = 0
-        for raw in reader:
-            n = raw.num_rows
-            start = row0
-            row0 += n
-            if row0 <= skip_rows:
-                continue
-            if start < skip_rows:
-                raw = raw.slice(skip_rows - start)
-                start = skip_rows
-            self._raw_done = row0  # data rows read so far (a restart skips them)
-            yield self._convert(raw, present, start, safe)
+        try:
+            for raw in raws:
+                n = raw.num_rows
+                start = row0
+                row0 += n
+                if row0 <= skip_rows:
+                    continue
+                if start < skip_rows:
+                    raw = raw.slice(skip_rows - start)
+                    start = skip_rows
+                self._raw_done = row0  # data rows read so far (a restart skips them)
+                yield self._convert(raw, present, start, safe)
+        finally:
+            if ahead is not None:  # no reader left running into a restart or after a stop
+                ahead.close()
 
     def _convert(
         self, raw: pa.RecordBatch, present: dict[str, Column], start: int, safe: bool

@@ -15,6 +15,7 @@ to it instead of raising on bad rows, so one bad line never stops a file.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 REASONS: frozenset[str] = frozenset(
@@ -43,11 +44,14 @@ MAX_EXAMPLES = 3
 @dataclass
 class Rejects:
     """Drops per reason (``counts``), kept-but-fixed rows (``notes``) and up to
-    :data:`MAX_EXAMPLES` ``"file:line: reason: detail"`` messages per reason."""
+    :data:`MAX_EXAMPLES` ``"file:line: reason: detail"`` messages per reason.
+    Safe to add to from several threads (a CSV file's reader thread counts the
+    lines it drops while its rows are checked in another)."""
 
     counts: dict[str, int] = field(default_factory=dict)
     notes: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[str]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, reason: str, file: str, line: int | None, detail: str, n: int = 1) -> None:
         """Count ``n`` dropped rows for ``reason`` (or a note, see :data:`NOTES`).
@@ -56,16 +60,15 @@ class Rejects:
         (keeps the label set bounded)."""
         if n <= 0:
             return
-        if reason in NOTES:
-            self.notes[reason] = self.notes.get(reason, 0) + n
-        elif reason in REASONS:
-            self.counts[reason] = self.counts.get(reason, 0) + n
-        else:
+        if reason not in REASONS | NOTES:
             raise ValueError(f"unknown reject reason {reason!r}")
-        ex = self.examples.setdefault(reason, [])
-        if len(ex) < MAX_EXAMPLES:
-            where = f"{file}:{line}" if line is not None else file
-            ex.append(f"{where}: {reason}: {detail}")
+        bucket = self.notes if reason in NOTES else self.counts
+        with self._lock:
+            bucket[reason] = bucket.get(reason, 0) + n
+            ex = self.examples.setdefault(reason, [])
+            if len(ex) < MAX_EXAMPLES:
+                where = f"{file}:{line}" if line is not None else file
+                ex.append(f"{where}: {reason}: {detail}")
 
     def count(self, reason: str, n: int) -> None:
         """Count ``n`` more rows for ``reason`` without an example message."""
@@ -74,7 +77,8 @@ class Rejects:
         if reason not in REASONS | NOTES:
             raise ValueError(f"unknown reject reason {reason!r}")
         bucket = self.notes if reason in NOTES else self.counts
-        bucket[reason] = bucket.get(reason, 0) + n
+        with self._lock:
+            bucket[reason] = bucket.get(reason, 0) + n
 
     @property
     def total(self) -> int:
@@ -83,6 +87,10 @@ class Rejects:
 
     def merge(self, other: Rejects) -> None:
         """Add ``other``'s counts, notes and (capped) examples into this one."""
+        with self._lock:
+            self._merge(other)
+
+    def _merge(self, other: Rejects) -> None:
         for src, dst in ((other.counts, self.counts), (other.notes, self.notes)):
             for k, v in src.items():
                 dst[k] = dst.get(k, 0) + v

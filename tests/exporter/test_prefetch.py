@@ -50,8 +50,8 @@ def test_an_error_of_the_producer_is_raised_in_the_caller_after_its_items() -> N
 
 
 def test_a_caller_that_stops_early_stops_the_thread() -> None:
-    """Closing the generator after 3 of a million items: the worker thread is
-    gone and the producer did not run to the end."""
+    """Closing the generator after 3 of a million items: the worker thread
+    (named as asked) is gone and the producer did not run to the end."""
     made = [0]
 
     def gen() -> Iterator[int]:
@@ -59,10 +59,11 @@ def test_a_caller_that_stops_early_stops_the_thread() -> None:
             made[0] += 1
             yield i
 
-    it = prefetch(gen(), depth=2)
+    it = prefetch(gen(), depth=2, name="early-stop")
     assert [next(it) for _ in range(3)] == [0, 1, 2]
-    it.close()  # type: ignore[attr-defined]
-    assert not [t for t in threading.enumerate() if t.name == "prefetch"]
+    assert [t for t in threading.enumerate() if t.name == "early-stop"]
+    it.close()
+    assert not [t for t in threading.enumerate() if t.name == "early-stop"]
     assert made[0] <= 3 + 2 + 2
 
 
