@@ -74,8 +74,9 @@ async def replay(paths: Sequence[Path], out_parent: Path, bus_cfg: BusConfig,
     stream from the parser (a worker thread :data:`HEAD_START` batches ahead
     until publishing starts, then 4: :func:`exporter.prefetch.prefetch`;
     a large CSV's reader 2 blocks ahead of it in one more,
-    :data:`collectors.rocprof.csvstream.READ_AHEAD`) to the bus, from the bus to ``profiler/kernels.parquet``, and from that
-    file to ``trace.pftrace``.
+    :data:`collectors.rocprof.csvstream.READ_AHEAD`) to the bus, from the
+    bus to ``profiler/kernels.parquet``, and from that file to
+    ``trace.pftrace``.
 
     Raises ``FileNotFoundError`` for a path that does not exist and
     :class:`NothingToReplay` when no kernel dispatch could be read from them
