@@ -29,9 +29,12 @@ field that is wrong; callers count it as a drop with ``reason=err.reason``.
 
 from __future__ import annotations
 
+import functools
 import re
+import threading
 import uuid
-from collections.abc import Iterator, Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -620,6 +623,96 @@ def decode(
                                             f"{expected.field(i).name!r} has nulls")
     check_values(signal, batch)
     return signal, version, host, batch
+
+
+Decoded = tuple[str, int, str, pa.RecordBatch]
+"""What :func:`decode` returns: ``(signal, version, host, batch)``."""
+
+
+class SharedDecode:
+    """:func:`decode` once per bus message for the in-process readers of one
+    stream (a ``capture`` or ``replay`` session's bundle sink and analytics
+    consumer, which fetch every message of its stream each).
+
+    Each reader takes a handle (:meth:`reader`) and asks for messages by
+    stream sequence, in increasing order. The first reader to ask for a
+    message decodes it and leaves the result, ``(signal, version, host,
+    batch)`` or the :class:`SchemaError`, for the readers that have not yet
+    reached that sequence; each of them gets the same batch (Arrow batches
+    are immutable) or the same error raised again, and the entry goes when
+    the last has taken it. At most ``max_entries`` entries wait, the oldest
+    dropped first: a reader that never asks for a message (one it filters
+    out before decoding), or one far behind, decodes for itself, so memory
+    stays bounded and nothing is lost. Thread-safe (the readers decode in
+    worker threads); two readers asking at once may both decode. ``hits``
+    and ``misses`` count answers from an entry and decodes.
+
+    >>> sd = SharedDecode()
+    >>> sink, analytics = sd.reader(), sd.reader()
+    >>> m = encode("gauge_sample", empty_batch("gauge_sample"), host="h1")
+    >>> a = sink(1, m.payload, m.headers)
+    >>> b = analytics(1, m.payload, m.headers)
+    >>> a is b, a[0], a[2], sd.hits, sd.misses, len(sd)
+    (True, 'gauge_sample', 'h1', 1, 1, 0)
+    """
+
+    def __init__(self, max_entries: int = 32) -> None:
+        if max_entries < 0:
+            raise ValueError("max_entries must be >= 0")
+        self.max_entries = max_entries
+        self.hits = 0
+        self.misses = 0
+        self._seen: list[int] = []  # per reader: the highest sequence it asked for
+        # sequence -> (readers still to take it, the result or the error)
+        self._entries: OrderedDict[int, tuple[set[int], Decoded | SchemaError]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def reader(self) -> Callable[[int, bytes, Mapping[str, str] | None], Decoded]:
+        """A new reader's ``decode(seq, payload, headers)``: :func:`decode` of
+        stream message ``seq``, shared with the other readers; raises
+        :class:`SchemaError` as :func:`decode` does."""
+        with self._lock:
+            me = len(self._seen)
+            self._seen.append(0)
+        return functools.partial(self._decode, me)
+
+    def _take(self, me: int, seq: int) -> Decoded | SchemaError | None:
+        """The entry of ``seq`` if it waits for reader ``me`` (lock held)."""
+        got = self._entries.get(seq)
+        if got is None or me not in got[0]:
+            return None
+        got[0].discard(me)
+        if not got[0]:
+            del self._entries[seq]
+        return got[1]
+
+    def _decode(self, me: int, seq: int, payload: bytes,
+                headers: Mapping[str, str] | None) -> Decoded:
+        with self._lock:
+            self._seen[me] = max(self._seen[me], seq)
+            out = self._take(me, seq)
+            if out is not None:
+                self.hits += 1
+        if out is None:
+            try:
+                out = decode(payload, headers)
+            except SchemaError as e:
+                out = e
+            with self._lock:
+                self.misses += 1
+                # another reader may have left it meanwhile: then this one took it;
+                # else it waits for the readers that have not reached seq yet
+                waiting = {r for r, s in enumerate(self._seen) if s < seq}
+                if self._take(me, seq) is None and waiting and self.max_entries:
+                    self._entries[seq] = (waiting, out)
+                    while len(self._entries) > self.max_entries:
+                        self._entries.popitem(last=False)
+        if isinstance(out, SchemaError):
+            raise out
+        return out
 
 
 def check_values(signal: str, batch: pa.RecordBatch) -> None:

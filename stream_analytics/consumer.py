@@ -153,6 +153,8 @@ class AnalyticsConsumer:
     (``asyncio.to_thread``; the Arrow and numpy work releases the GIL), so
     another reader of the same event loop (a session's bundle sink) decodes
     meanwhile; the consumer's state is still touched by one step at a time.
+    ``shared``: messages decoded once with the other in-process readers of
+    the same stream (a session's bundle sink; :class:`schema.SharedDecode`).
     """
 
     def __init__(
@@ -174,6 +176,7 @@ class AnalyticsConsumer:
         checkpoint_interval_s: float = 0.0,
         idle_fetch_s: float = 0.5,
         fold_in_thread: bool = False,
+        shared: schema.SharedDecode | None = None,
     ) -> None:
         if not 0 <= instance < instances:
             raise ValueError(f"instance {instance} is not in 0..{instances - 1}")
@@ -188,6 +191,7 @@ class AnalyticsConsumer:
         self.idle_flush = idle_flush
         self.idle_fetch_s = idle_fetch_s
         self.fold_in_thread = fold_in_thread
+        self._shared = None if shared is None else shared.reader()
         self._unacked: list[Any] = []  # fetched since the last checkpoint
         self._spans_waiting = False  # spans folded in since the last flush
         self._new: list[int] = []
@@ -488,7 +492,9 @@ class AnalyticsConsumer:
             if self.session and hdrs.get(schema.H_SESSION) not in (None, self.session):
                 continue
             try:
-                signal, _, host, batch = schema.decode(m.data, hdrs)
+                signal, _, host, batch = (
+                    schema.decode(m.data, hdrs) if self._shared is None
+                    else self._shared(seq, m.data, hdrs))
             except schema.SchemaError as e:
                 self.drops[e.reason] += 1
                 log.warning("dropped message %s seq %d: %s", m.subject, seq, e)

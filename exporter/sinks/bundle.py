@@ -163,12 +163,15 @@ class BundleSink:
     connection meanwhile (a session's analytics consumer shares it: a loop
     busy decoding while the server pushes the consumer's fetch overflows the
     server's per-connection buffer, a "slow consumer" it disconnects).
-    ``fetch_batch``: messages asked for per fetch.
+    ``fetch_batch``: messages asked for per fetch. ``shared``: messages
+    decoded once with the session's other reader (:class:`schema.SharedDecode`).
     """
 
     def __init__(self, bus: Bus, session: str | None, spool_dir: Path | None = None,
-                 take_in_thread: bool = False, fetch_batch: int = 1024) -> None:
+                 take_in_thread: bool = False, fetch_batch: int = 1024,
+                 shared: schema.SharedDecode | None = None) -> None:
         self.bus = bus
+        self._shared = None if shared is None else shared.reader()
         self.take_in_thread = take_in_thread
         self.fetch_batch = fetch_batch
         self.session = session
@@ -232,7 +235,9 @@ class BundleSink:
             if self.session and hdrs.get(schema.H_SESSION) != schema.sanitize_token(self.session):
                 continue
             try:
-                signal, _, _, batch = schema.decode(m.data, hdrs)
+                signal, _, _, batch = (
+                    schema.decode(m.data, hdrs) if self._shared is None
+                    else self._shared(seq, m.data, hdrs))
             except schema.SchemaError as e:
                 self.drops[e.reason] += 1
                 continue
