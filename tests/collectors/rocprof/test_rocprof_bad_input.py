@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 from collectors.rocprof.csvstream import CsvStream, _quiet_undecodable_rows
 from collectors.rocprof.kernels import MAX_NAME_CHARS, iter_csv_kernel_spans
@@ -101,26 +102,38 @@ def test_wrong_field_count_in_middle_is_column_count(tmp_path: Path) -> None:
     assert r.examples["column_count"][0].startswith(f"{p}:3:")
 
 
-def test_non_utf8_short_line_is_counted_without_a_traceback_on_stderr(tmp_path: Path) -> None:
+@pytest.mark.parametrize("copies, ahead", [(1, False), (40, True)])
+def test_non_utf8_short_line_is_counted_without_a_traceback_on_stderr(
+        tmp_path: Path, copies: int, ahead: bool) -> None:
     """A malformed line holding bytes that are not UTF-8: pyarrow cannot hand
     it to the invalid-row handler and Python would print "Exception ignored
     ... UnicodeDecodeError" with a traceback. In a fresh interpreter (the
     default unraisable hook, as a user's replay has) stderr stays empty, the
-    line is one column_count reject with its line number, the rest is kept."""
-    ls = (TD / "kernel_trace_truncated.csv").read_bytes().splitlines()
+    line is one column_count reject with its line number, the rest is kept:
+    read in the caller's thread (the real file's 4 rows) and read ahead by
+    the "csv-read" thread (its rows 40 times over, dispatch ids renumbered,
+    1 KiB blocks)."""
+    head, *rows = (TD / "kernel_trace_truncated.csv").read_bytes().splitlines()
+    ls = [head]
+    for i, row in enumerate(rows * copies):
+        f = row.split(b",")
+        f[5] = str(i + 1).encode()  # Dispatch_Id: unique, as rocprofv3 writes it
+        ls.append(b",".join(f))
     ls.insert(2, b'"KERNEL_DISPATCH",\xfa\xfb,1')
-    p = tmp_path / "latin1_short_synthetic_kernel_trace.csv"
+    p = tmp_path / f"latin1_short_x{copies}_synthetic_kernel_trace.csv"
     p.write_bytes(b"\n".join(ls) + b"\n")
-    code = ("import sys; from pathlib import Path; import pyarrow as pa\n"
+    code = ("import sys, threading; from pathlib import Path\n"
             "from collectors.rocprof.kernels import iter_csv_kernel_spans\n"
             "from collectors.rocprof.rejects import Rejects\n"
-            "r = Rejects()\n"
-            f"n = sum(b.num_rows for b in iter_csv_kernel_spans(Path(sys.argv[1]), {FMT!r}, r))\n"
-            "print(n, r.counts, r.examples['column_count'][0])\n")
+            "r = Rejects(); n = 0; ahead = False\n"
+            f"for b in iter_csv_kernel_spans(Path(sys.argv[1]), {FMT!r}, r, block_size=1024):\n"
+            "    n += b.num_rows\n"
+            "    ahead = ahead or any(t.name == 'csv-read' for t in threading.enumerate())\n"
+            "print(n, ahead, r.counts, r.examples['column_count'][0])\n")
     out = subprocess.run([sys.executable, "-c", code, str(p)], capture_output=True, text=True,
                          check=True, cwd=TD.parents[2], timeout=120)
     assert out.stderr == ""
-    assert out.stdout.startswith("4 {'column_count': 1} ")
+    assert out.stdout.startswith(f"{4 * copies} {ahead} {{'column_count': 1}} ")
     assert f"{p}:3: column_count" in out.stdout
 
 
