@@ -571,9 +571,11 @@ def encode_otlp(kind: str, request: object, *, host: str, msg_id: str) -> Messag
     return Message(subject(signal, host), bytes(payload), headers)
 
 
-def decode(
-    payload: bytes, headers: Mapping[str, str] | None
-) -> tuple[str, int, str, pa.RecordBatch]:
+Decoded = tuple[str, int, str, pa.RecordBatch]
+"""What :func:`decode` returns: ``(signal, version, host, batch)``."""
+
+
+def decode(payload: bytes, headers: Mapping[str, str] | None) -> Decoded:
     """Decode one bus message into ``(signal, version, host, batch)``.
 
     Raises :class:`SchemaError` with ``reason`` one of ``missing_header``,
@@ -623,10 +625,6 @@ def decode(
                                             f"{expected.field(i).name!r} has nulls")
     check_values(signal, batch)
     return signal, version, host, batch
-
-
-Decoded = tuple[str, int, str, pa.RecordBatch]
-"""What :func:`decode` returns: ``(signal, version, host, batch)``."""
 
 
 class SharedDecode:

@@ -68,8 +68,8 @@ SHARED_DECODED = 2 * READ_BATCH
 (:class:`exporter.schema.SharedDecode`): the two readers fetch
 :data:`READ_BATCH` at a time, side by side, so the one behind finds the
 other's decodes; a reader further behind decodes for itself. A 2M-row
-replay decodes 90 messages instead of 180 (86 found decoded): CPU 10.57 ->
-10.32 s, medians of 8 alternating pairs (``benchmarks/README.md``)."""
+replay decodes 97 times instead of 180 (83 messages found decoded): CPU
+10.57 -> 10.32 s, medians of 8 alternating pairs (``benchmarks/README.md``)."""
 READ_WAIT_S = 0.05
 """How long a session reader's fetch waits for a message while the publisher runs."""
 GIVE_UP_EMPTY = 1200

@@ -88,15 +88,12 @@ class Rejects:
     def merge(self, other: Rejects) -> None:
         """Add ``other``'s counts, notes and (capped) examples into this one."""
         with self._lock:
-            self._merge(other)
-
-    def _merge(self, other: Rejects) -> None:
-        for src, dst in ((other.counts, self.counts), (other.notes, self.notes)):
-            for k, v in src.items():
-                dst[k] = dst.get(k, 0) + v
-        for k, ex in other.examples.items():
-            mine = self.examples.setdefault(k, [])
-            mine.extend(ex[: max(0, MAX_EXAMPLES - len(mine))])
+            for src, dst in ((other.counts, self.counts), (other.notes, self.notes)):
+                for k, v in src.items():
+                    dst[k] = dst.get(k, 0) + v
+            for k, ex in other.examples.items():
+                mine = self.examples.setdefault(k, [])
+                mine.extend(ex[: max(0, MAX_EXAMPLES - len(mine))])
 
     def summary(self) -> str:
         """One line: ``"3 dropped (not_numeric=2, truncated=1); notes: ..."``."""
