@@ -304,11 +304,26 @@ def test_live_pid_set_change_moves_the_watch(hogs):
     assert os.getpid() not in first | second
 
 
+def _counters(d, pid: int) -> dict[str, int]:
+    """A process's per-thread counters of one drain, summed (for messages)."""
+    keys = ("run_ns", "runq_wait_ns", "switch_ins", "voluntary", "involuntary",
+            "no_slice_start", "unseen_ns")
+    return {k: sum(getattr(t, k) for t in d.threads if t.pid == pid) for k in keys}
+
+
 def test_a_thread_already_on_cpu_when_the_watch_starts_is_counted_from_then(hogs):
     """A hog spinning before it is watched (alone on its core it may not switch
     out for seconds, so no switch-in is ever seen): its on-CPU time in the first
-    interval is counted from the watch start, close to the whole interval, as
-    /proc agrees; not lost until its first switch-out."""
+    interval is counted from the watch start, as /proc counts it; not lost
+    until its first switch-out.
+
+    On a VM whose kernel fires no ``sched_switch`` for some switch-ins (about
+    one per CPU-second after the VM agent's threads run, see ThreadStats), a
+    slice after a preemption can be unseen. It is then counted at its
+    switch-out in ``no_slice_start`` and ``unseen_ns``, so the hog is stopped
+    after the first drain (a switch-out) and drained again: over both drains,
+    ``run_ns + unseen_ns`` is the time /proc counts; and when no slice was
+    unseen, the first drain alone matches /proc."""
     probe = SchedProbe()
     proc = ProcSampler()
     try:
@@ -318,14 +333,24 @@ def test_a_thread_already_on_cpu_when_the_watch_starts_is_counted_from_then(hogs
             proc.sample({pid})
             probe.set_tgids({pid})
             time.sleep(1.0)
-            d = probe.drain()
-            p = proc.sample({pid})
+            d1 = probe.drain()
+            p1 = proc.sample({pid})
+            _pause(ps, signal.SIGSTOP)  # closes the slice in progress
+            d2 = probe.drain()
+            p2 = proc.sample({pid})
+            _pause(ps, signal.SIGCONT)
     finally:
         probe.close()
-    run = sum(t.run_ns for t in d.threads if t.pid == pid)
-    p_run = sum(r["run_ns"] for r in p.to_pylist() if r["pid"] == pid)
-    assert run >= 0.5 * d.interval_ns, (run, d.interval_ns, p_run)
-    assert abs(run - p_run) <= 0.15 * p_run, (run, p_run)
+    c1, c2 = _counters(d1, pid), _counters(d2, pid)
+    p_run1, p_run2 = (sum(r["run_ns"] for r in p.to_pylist() if r["pid"] == pid)
+                      for p in (p1, p2))
+    why = (c1, c2, p_run1, p_run2, d1.interval_ns)
+    seen = c1["run_ns"] + c2["run_ns"] + c1["unseen_ns"] + c2["unseen_ns"]
+    # the hog spun for a good part of the interval (less when the machine is busy)
+    assert p_run1 >= 0.25 * d1.interval_ns, why
+    assert abs(seen - (p_run1 + p_run2)) <= 0.15 * (p_run1 + p_run2), why
+    if c1["no_slice_start"] + c2["no_slice_start"] == 0:
+        assert abs(c1["run_ns"] - p_run1) <= 0.15 * p_run1, why
 
 
 def test_thread_born_after_the_watch_has_its_unseen_first_slice_counted_as_a_drop():
