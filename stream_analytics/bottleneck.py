@@ -46,6 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stream_analytics import thresholds as T
+from stream_analytics.groups import group_reduce
 from stream_analytics.kernel_stats import busy_union_ns
 from stream_analytics.sii import active_totals
 
@@ -502,7 +503,7 @@ def features_from_parts(window: Sequence[Mapping[str, pa.Table]]) -> dict[str, f
             out["mem_share"] = acc[1] / (acc[0] + acc[1])
     ratio = part["throttle_ratio"]
     if ratio.num_rows:
-        worst = ratio.group_by(["ts_ns", "gpu_index"]).aggregate([("value", "max")])
+        worst = group_reduce(ratio, ["ts_ns", "gpu_index"], [("value", "max")])
         out["throttle_residency"] = float(pc.mean(worst.column("value_max")).as_py())
     else:
         thr = mean(part["throttled"])

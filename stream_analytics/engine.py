@@ -57,6 +57,7 @@ import pyarrow.compute as pc
 
 from exporter.ranges import join_ranges, kernel_join_time
 from exporter.schema import one_array
+from stream_analytics.groups import group_reduce
 
 MICRO_KERNEL_NS = 10_000
 """Kernels shorter than this (10 us) count as micro-kernels (launch-bound evidence)."""
@@ -820,8 +821,8 @@ class Analytics:
                         "wait": pc.if_else(active, t.column("runq_wait_ns"), None),
                         "wall": pc.if_else(active, t.column("interval_ns"), None),
                         "invol": t.column("involuntary_switches")})
-        sums = per.group_by(["pid", "ts"], use_threads=False).aggregate(
-            [("wait", "sum"), ("wall", "sum"), ("invol", "sum")]).to_pydict()
+        sums = group_reduce(per, ["pid", "ts"], [("wait", "sum"), ("wall", "sum"),
+                                                 ("invol", "sum")]).to_pydict()
         totals: dict[int, list[tuple[int, int, int, int]]] = {}
         for p, ts, w, wl, i in zip(sums["pid"], sums["ts"], sums["wait_sum"], sums["wall_sum"],
                                    sums["invol_sum"], strict=True):

@@ -46,6 +46,7 @@ from prometheus_client.core import (
 from exporter import catalogue
 from exporter.catalogue import prom_name
 from exporter.schema import plain, sanitize_token
+from stream_analytics.groups import group_reduce
 from stream_analytics.llm_metrics import LlmMetrics
 
 _BAD = re.compile(r"[^a-zA-Z0-9_]")
@@ -247,10 +248,10 @@ class PromState:
 
     def _sched(self, host: str, b: pa.RecordBatch, now: float) -> None:
         t = pa.Table.from_batches([b])
-        agg = t.group_by("pid").aggregate([
+        agg = group_reduce(t, ["pid"], [
             ("runq_wait_ns", "sum"), ("run_ns", "sum"), ("voluntary_switches", "sum"),
             ("involuntary_switches", "sum"), ("migrations", "sum"),
-            ("minor_faults", "sum"), ("major_faults", "sum")])
+            ("minor_faults", "sum"), ("major_faults", "sum")])  # no Acero: see groups
         for r in agg.to_pylist():
             s = self.sched.setdefault((host, str(r["pid"])), _Sched())
             s.wait_ns += r["runq_wait_ns_sum"] or 0

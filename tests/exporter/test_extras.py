@@ -104,6 +104,57 @@ def test_run_with_default_options_imports_no_extra(tmp_path: Path) -> None:
     assert out["heavy"] == []
 
 
+def test_run_folding_sched_and_gpu_samples_loads_no_acero_or_parquet(tmp_path: Path) -> None:
+    """The daemon watching its own process (scheduler on /proc) with GPU gauges
+    from the rocm-smi test double (the real 4x MI100 recording), publishing
+    every 0.5 s for 4 s: /metrics shows the process's run-queue counter and
+    GPU gauges, and neither pyarrow.acero, pyarrow.dataset nor
+    pyarrow.parquet was imported (Arrow's group_by would load all three)."""
+    td = ROOT / "collectors" / "gpu" / "testdata"
+    r = _python(f"""
+        import asyncio, json, os, sys, urllib.request
+        os.environ["SMI_FIXTURE"] = {str(td / "smi/telegraf/mi100_rocm602.json")!r}
+        from exporter.bus import BusConfig
+        from exporter.daemon import DaemonOptions, run_daemon
+        from exporter.natsserver import free_port
+
+        opts = DaemonOptions()
+        opts.metrics_host, opts.metrics_port = "127.0.0.1", free_port()
+        opts.nats_listen = ("127.0.0.1", free_port())
+        opts.state_dir = {str(tmp_path / "state")!r}
+        opts.watch, opts.pids = "none", [os.getpid()]
+        opts.collector_options = {{
+            "gpu": {{"source": "rocm-smi", "rocm_smi": {str(td / "smi_ok_synthetic.sh")!r},
+                     "interval_s": 0.5}},
+            "sched": {{"source": "proc"}}}}
+        opts.publish_interval_s = opts.flush_interval_s = 0.5
+        opts.duration_s = 4.0
+        texts = []
+
+        async def main():
+            ready = asyncio.Event()
+            task = asyncio.create_task(run_daemon(opts, BusConfig(), ready))
+            await ready.wait()
+            await asyncio.sleep(3.0)
+            url = f"http://127.0.0.1:{{opts.metrics_port}}/metrics"
+            texts.append(await asyncio.to_thread(lambda: urllib.request.urlopen(url).read()))
+            await task
+
+        asyncio.run(main())
+        text = texts[0].decode()
+        pid = 'pid="%d"' % os.getpid()
+        print(json.dumps({{
+            "runq": any(ln.startswith("aaco_sched_runqueue_wait_seconds_total{{") and pid in ln
+                        for ln in text.splitlines()),
+            "gpu": "hw_gpu_" in text,
+            "loaded": sorted(m for m in ("pyarrow.acero", "pyarrow.dataset", "pyarrow.parquet")
+                             if m in sys.modules)}}))
+        """)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out == {"runq": True, "gpu": True, "loaded": []}
+
+
 def test_drift_loads_only_rivers_two_detector_modules_on_first_sample() -> None:
     """DriftMonitor imports river only when its first sample arrives, and then
     only ADWIN's and PageHinkley's modules: not the river.drift package (whose
