@@ -25,7 +25,12 @@ reported apart (``smi``: the daemon's reaped-children times): a real rocm-smi
 costs what it costs whatever calls it. Memory: RSS and PSS (psutil
 ``memory_full_info``, ``/proc/PID/smaps_rollup``) of daemon + nats-server at
 the end; RSS counts shared library pages in full, PSS divides them among the
-processes that map them.
+processes that map them. ``anon`` is the anonymous part of that RSS
+(``RssAnon`` of ``/proc/PID/status``): the daemon's own memory. The rest, its
+libraries' pages, depends on the page cache: library files written recently
+(a fresh ``pip install``) sit in large folios that the kernel maps whole, so
+the same daemon read RSS 169 MB right after ``make setup`` and 136 MB after
+``echo 3 > /proc/sys/vm/drop_caches`` (kernel 6.18, 2026-11-29).
 
 Baselines measured in the same run, the same way:
 
@@ -86,6 +91,7 @@ class Figures:
     smi_pct: float  # the rocm-smi double's processes (reaped children)
     rss_mb: float  # daemon + nats-server
     pss_mb: float
+    anon_mb: float  # the anonymous part of rss_mb (RssAnon)
     daemon_rss_mb: float
     nats_rss_mb: float
     watched: int
@@ -112,9 +118,15 @@ def _cpu(p: psutil.Process) -> tuple[float, float]:
     return t.user + t.system, t.children_user + t.children_system
 
 
-def _mem(p: psutil.Process) -> tuple[float, float]:
+def _mem(p: psutil.Process) -> tuple[float, float, float]:
+    """(RSS, PSS, RssAnon) of ``p`` in MB."""
     m = p.memory_full_info()
-    return m.rss / 2**20, getattr(m, "pss", m.rss) / 2**20
+    anon = 0.0
+    with open(f"/proc/{p.pid}/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                anon = int(line.split()[1]) / 1024  # kB
+    return m.rss / 2**20, getattr(m, "pss", m.rss) / 2**20, anon
 
 
 def _measure(name: str, proc: psutil.Process, seconds: float, port: int | None,
@@ -136,11 +148,12 @@ def _measure(name: str, proc: psutil.Process, seconds: float, port: int | None,
     d1, c1 = _cpu(proc)
     n1 = _cpu(nats)[0] if nats else 0.0
     others = max(0.0, machine_busy_s() - busy0 - (d1 - d0) - (n1 - n0) - (c1 - c0)) / wall
-    rss, pss = _mem(proc)
-    nrss, npss = _mem(nats) if nats else (0.0, 0.0)
+    rss, pss, anon = _mem(proc)
+    nrss, npss, nanon = _mem(nats) if nats else (0.0, 0.0, 0.0)
     pct = 100.0 / wall
     return Figures(name, wall, (d1 - d0 + n1 - n0) * pct, (d1 - d0) * pct, (n1 - n0) * pct,
-                   (c1 - c0) * pct, rss + nrss, pss + npss, rss, nrss, watched, -1, others)
+                   (c1 - c0) * pct, rss + nrss, pss + npss, anon + nanon, rss, nrss, watched, -1,
+                   others)
 
 
 def _idle_children(tmp: Path, n: int) -> list[subprocess.Popen[bytes]]:
@@ -232,7 +245,7 @@ def _checkout(ref: str, tmp: Path) -> Path | None:
 
 def _row(f: Figures) -> str:
     return (f"{f.name:<14}{f.cpu_pct:>8.2f}{f.daemon_pct:>8.2f}{f.nats_pct:>7.2f}"
-            f"{f.smi_pct:>7.2f}{f.rss_mb:>8.0f}{f.pss_mb:>8.0f}{f.daemon_rss_mb:>8.0f}"
+            f"{f.smi_pct:>7.2f}{f.rss_mb:>8.0f}{f.pss_mb:>8.0f}{f.anon_mb:>6.0f}{f.daemon_rss_mb:>8.0f}"
             f"{f.nats_rss_mb:>7.0f}{f.watched:>8}{f.modules:>8}{f.others_cores:>8.2f}")
 
 
@@ -303,7 +316,8 @@ def main() -> int:
           "(exporter/nats_import.py keeps nats-py from importing aiohttp, which "
           "kubernetes pulls into .[dev])")
     print(f"{'leg':<14}{'cpu %':>8}{'daemon':>8}{'nats':>7}{'smi':>7}{'RSS MB':>8}"
-          f"{'PSS MB':>8}{'d RSS':>8}{'n RSS':>7}{'watched':>8}{'modules':>8}{'others':>8}")
+          f"{'PSS MB':>8}{'anon':>6}{'d RSS':>8}{'n RSS':>7}{'watched':>8}{'modules':>8}"
+          f"{'others':>8}")
     for f in legs:
         print(_row(f))
     cur = next(f for f in legs if f.name == "this-tree")
