@@ -512,10 +512,9 @@ def replay(
     end, unless ``--quiet``. Exit status 2, after writing the bundle, when the
     bus outbox dropped messages."""
     from exporter.blas_threads import import_numpy
-    from exporter.malloc_tuning import keep_arrow_memory, tune_for_batch
+    from exporter.malloc_tuning import tune_for_batch
 
     tune_for_batch()  # a bulk job: fewer page faults for a little more RSS
-    keep_arrow_memory()  # the same for Arrow's buffers: before pyarrow is imported
     import_numpy()  # without OpenBLAS's 0.1 s spin beside the parser
     from exporter.replay import start_parsing
 

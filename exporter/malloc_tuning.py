@@ -1,4 +1,4 @@
-"""glibc ``malloc`` and Arrow's mimalloc settings for a bulk job (``replay``).
+"""glibc ``malloc`` settings for a bulk job (``replay``).
 
 A replay makes and frees numpy arrays for every batch it parses, folds and
 encodes (hundreds of KB to a few MB each). With glibc's defaults, memory
@@ -18,22 +18,12 @@ defaults, where RSS matters more than a bulk job's system time, and so does
 changed when the C library has no ``mallopt`` (musl), or when the user set
 any of glibc's ``MALLOC_*`` variables or ``GLIBC_TUNABLES`` in the
 environment (theirs win).
-
-pyarrow allocates its buffers from mimalloc, which returns memory freed for
-a second (``purge_delay``) to the kernel; the next batch faults it in again,
-2 MiB huge page by huge page, each zeroed (``clear_page_erms`` was 10-13 % of
-a 2M-row replay's CPU under ``perf``). :func:`keep_arrow_memory` turns the
-purge off for the process (``MIMALLOC_PURGE_DELAY=-1``): 4-5 % less CPU and
-wall time for about 80 MiB more peak RSS (``benchmarks/README.md``). mimalloc
-reads its options once, when pyarrow's library loads, so it must run before
-the first ``import pyarrow``.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-import sys
 
 M_TRIM_THRESHOLD = -1
 M_TOP_PAD = -2
@@ -58,19 +48,3 @@ def tune_for_batch() -> bool:
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return all(bool(mallopt(param, value)) for param, value in SETTINGS)
-
-
-ARROW_POOL_ENV = {"MIMALLOC_PURGE_DELAY": "-1"}
-"""What :func:`keep_arrow_memory` sets: mimalloc (pyarrow's default memory
-pool) keeps the memory it frees instead of returning it after 1 s."""
-
-
-def keep_arrow_memory() -> bool:
-    """Set :data:`ARROW_POOL_ENV` in this process's environment for pyarrow's
-    mimalloc; returns whether it was set (``False``: pyarrow is already
-    imported, so mimalloc has read its options, or the user set
-    ``MIMALLOC_PURGE_DELAY``, which wins). Child processes inherit it."""
-    if "pyarrow" in sys.modules or any(k in os.environ for k in ARROW_POOL_ENV):
-        return False
-    os.environ.update(ARROW_POOL_ENV)
-    return True
