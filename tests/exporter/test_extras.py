@@ -62,6 +62,44 @@ def test_require_names_the_extra_and_lets_a_broken_install_through() -> None:
         del sys.modules["aaco_broken_mod"]
 
 
+def _daemon(state: Path, setup: str, scrape_after_s: float, run_s: float
+            ) -> tuple[str, list[str]]:
+    """Run the daemon of ``DaemonOptions()`` (free ports, ``state`` as its state
+    directory, then the ``opts.…`` lines of ``setup``) in a fresh interpreter
+    for ``run_s``; returns its /metrics text scraped ``scrape_after_s`` after
+    it was ready, and the modules it had imported when it stopped."""
+    setup = textwrap.indent(textwrap.dedent(setup).strip(), " " * 8)
+    r = _python(f"""
+        import asyncio, json, os, sys, urllib.request
+        from exporter.bus import BusConfig
+        from exporter.daemon import DaemonOptions, run_daemon
+        from exporter.natsserver import free_port
+
+        opts = DaemonOptions()
+        opts.metrics_host, opts.metrics_port = "127.0.0.1", free_port()
+        opts.nats_listen = ("127.0.0.1", free_port())
+        opts.state_dir = {str(state)!r}
+        opts.duration_s = {run_s!r}
+{setup}
+        texts = []
+
+        async def main():
+            ready = asyncio.Event()
+            task = asyncio.create_task(run_daemon(opts, BusConfig(), ready))
+            await ready.wait()
+            await asyncio.sleep({scrape_after_s!r})
+            url = f"http://127.0.0.1:{{opts.metrics_port}}/metrics"
+            texts.append(await asyncio.to_thread(lambda: urllib.request.urlopen(url).read()))
+            await task
+
+        asyncio.run(main())
+        print(json.dumps({{"metrics": texts[0].decode(), "modules": sorted(sys.modules)}}))
+        """)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    return out["metrics"], out["modules"]
+
+
 @pytest.mark.slow
 def test_run_with_default_options_imports_no_extra(tmp_path: Path) -> None:
     """The daemon built with DaemonOptions() defaults (ports moved to free
@@ -70,38 +108,12 @@ def test_run_with_default_options_imports_no_extra(tmp_path: Path) -> None:
     pandas or grpc."""
     sysfs = tmp_path / "no-gpu-sysfs"
     sysfs.mkdir()
-    r = _python(f"""
-        import asyncio, json, sys, urllib.request
-        from exporter.bus import BusConfig
-        from exporter.daemon import DaemonOptions, run_daemon
-        from exporter.natsserver import free_port
-
-        opts = DaemonOptions()
-        opts.metrics_host, opts.metrics_port = "127.0.0.1", free_port()
-        opts.nats_listen = ("127.0.0.1", free_port())
-        opts.state_dir = {str(tmp_path / "state")!r}
+    text, modules = _daemon(tmp_path / "state", f"""
         opts.watch = "none"  # no process: no analytics input to feed drift
         opts.collector_options = {{"gpu": {{"source": "sysfs", "sysfs_root": {str(sysfs)!r}}}}}
-        opts.duration_s = 3.0
-        served = []
-
-        async def main():
-            ready = asyncio.Event()
-            task = asyncio.create_task(run_daemon(opts, BusConfig(), ready))
-            await ready.wait()
-            url = f"http://127.0.0.1:{{opts.metrics_port}}/metrics"
-            text = await asyncio.to_thread(lambda: urllib.request.urlopen(url).read())
-            served.append(b"aaco_collector_up" in text)
-            await task
-
-        asyncio.run(main())
-        heavy = sorted(m for m in sys.modules if m.split(".")[0] in {HEAVY!r})
-        print(json.dumps({{"served": served, "heavy": heavy, "n": len(sys.modules)}}))
-        """)
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = json.loads(r.stdout.strip().splitlines()[-1])
-    assert out["served"] == [True]
-    assert out["heavy"] == []
+        """, 0.0, 3.0)
+    assert "aaco_collector_up" in text
+    assert [m for m in modules if m.split(".")[0] in HEAVY] == []
 
 
 def test_run_folding_sched_and_gpu_samples_loads_no_acero_or_parquet(tmp_path: Path) -> None:
@@ -111,48 +123,21 @@ def test_run_folding_sched_and_gpu_samples_loads_no_acero_or_parquet(tmp_path: P
     GPU gauges, and neither pyarrow.acero, pyarrow.dataset nor
     pyarrow.parquet was imported (Arrow's group_by would load all three)."""
     td = ROOT / "collectors" / "gpu" / "testdata"
-    r = _python(f"""
-        import asyncio, json, os, sys, urllib.request
+    text, modules = _daemon(tmp_path / "state", f"""
         os.environ["SMI_FIXTURE"] = {str(td / "smi/telegraf/mi100_rocm602.json")!r}
-        from exporter.bus import BusConfig
-        from exporter.daemon import DaemonOptions, run_daemon
-        from exporter.natsserver import free_port
-
-        opts = DaemonOptions()
-        opts.metrics_host, opts.metrics_port = "127.0.0.1", free_port()
-        opts.nats_listen = ("127.0.0.1", free_port())
-        opts.state_dir = {str(tmp_path / "state")!r}
         opts.watch, opts.pids = "none", [os.getpid()]
         opts.collector_options = {{
             "gpu": {{"source": "rocm-smi", "rocm_smi": {str(td / "smi_ok_synthetic.sh")!r},
                      "interval_s": 0.5}},
             "sched": {{"source": "proc"}}}}
         opts.publish_interval_s = opts.flush_interval_s = 0.5
-        opts.duration_s = 4.0
-        texts = []
-
-        async def main():
-            ready = asyncio.Event()
-            task = asyncio.create_task(run_daemon(opts, BusConfig(), ready))
-            await ready.wait()
-            await asyncio.sleep(3.0)
-            url = f"http://127.0.0.1:{{opts.metrics_port}}/metrics"
-            texts.append(await asyncio.to_thread(lambda: urllib.request.urlopen(url).read()))
-            await task
-
-        asyncio.run(main())
-        text = texts[0].decode()
-        pid = 'pid="%d"' % os.getpid()
-        print(json.dumps({{
-            "runq": any(ln.startswith("aaco_sched_runqueue_wait_seconds_total{{") and pid in ln
-                        for ln in text.splitlines()),
-            "gpu": "hw_gpu_" in text,
-            "loaded": sorted(m for m in ("pyarrow.acero", "pyarrow.dataset", "pyarrow.parquet")
-                             if m in sys.modules)}}))
-        """)
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = json.loads(r.stdout.strip().splitlines()[-1])
-    assert out == {"runq": True, "gpu": True, "loaded": []}
+        """, 3.0, 4.0)
+    runq = [ln for ln in text.splitlines()
+            if ln.startswith("aaco_sched_runqueue_wait_seconds_total{") and 'pid="' in ln]
+    assert runq, text[-3000:]
+    assert "hw_gpu_" in text
+    assert [m for m in ("pyarrow.acero", "pyarrow.dataset", "pyarrow.parquet")
+            if m in modules] == []
 
 
 def test_drift_loads_only_rivers_two_detector_modules_on_first_sample() -> None:
