@@ -12,6 +12,8 @@ from exporter.diff import diff_sessions, main_diff, parse_threshold
 from tests.support import load_path
 
 ROOT = Path(__file__).resolve().parents[2]
+WIDTH = 262_144
+"""Floats per tensor of the chain model (1 MiB): a run longer than a scheduler slice."""
 
 
 def _eval_bottleneck() -> ModuleType:
@@ -28,14 +30,21 @@ def captures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     stand for "the same model twice" here: on this shared VM the model's
     50-run medians move between 1.5 and 3.0 ms within one session, and
     separate captures differed by -30% to +50% in 11 tries (one CI run and
-    one local run failed on it)."""
+    one local run failed on it).
+
+    Each run lasts many scheduler slices (a chain of 300 ops on tensors of
+    WIDTH floats: about 11 ms quiet, 23 ms under the hogs on the 2-core VM),
+    so a capture under contention gets about half a core in every run. With
+    the default width of 8 (1.4 ms a run, shorter than a slice) most runs
+    finished before a hog was switched in: in 8 tries the contended capture
+    read +5 % to +14 % slower, and twice -0.9 % and +5.0 %, no regression."""
     eb = _eval_bottleneck()
     d = tmp_path_factory.mktemp("diff")
-    model = eb.build_chain_model(d / "synthetic_chain_model.onnx")
-    quiet = eb.concat_recordings([eb.record(model, 100, warmup=10) for _ in range(4)])
+    model = eb.build_chain_model(d / "synthetic_chain_model.onnx", width=WIDTH)
+    quiet = eb.concat_recordings([eb.record(model, 50, warmup=5) for _ in range(4)])
     base, same = eb.split_alternate(quiet)
     out = {"base": eb.write_bundle(base, d / "base"), "same": eb.write_bundle(same, d / "same")}
-    out["contended"] = eb.write_bundle(eb.record(model, 200, hogs=3, warmup=10), d / "contended")
+    out["contended"] = eb.write_bundle(eb.record(model, 100, hogs=3, warmup=5), d / "contended")
     return out
 
 
