@@ -26,6 +26,8 @@ import pyarrow.compute as pc
 
 OPS = ("sum", "max", "count")
 """The aggregations :func:`group_reduce` knows, as Arrow names them."""
+_SUM_DTYPE = {"i": np.int64, "u": np.uint64, "f": np.float64}
+"""Arrow's type of a sum, by numpy kind of the column: signed, unsigned, float."""
 
 
 def _valid(col: pa.ChunkedArray) -> np.ndarray[Any, Any]:
@@ -47,8 +49,6 @@ def _groups(table: pa.Table, keys: Sequence[str]) -> tuple[np.ndarray[Any, Any],
     parts: list[np.ndarray[Any, Any]] = []
     for k in keys:
         col = table.column(k)
-        if not pa.types.is_integer(col.type):
-            raise TypeError(f"group_reduce: key column {k!r} is {col.type}, not an integer")
         if col.null_count:
             parts.append(_valid(col).astype(np.int64))
         parts.append(_values(col).astype(np.int64, copy=False))
@@ -83,6 +83,9 @@ def group_reduce(table: pa.Table, keys: Sequence[str],
     value column that is not a number, ``ValueError`` naming an op it does
     not know, and ``KeyError`` for a missing column.
     """
+    for k in keys:
+        if not pa.types.is_integer(t := table.column(k).type):
+            raise TypeError(f"group_reduce: key column {k!r} is {t}, not an integer")
     for name, op in aggs:
         if op not in OPS:
             raise ValueError(f"group_reduce: op {op!r} of column {name!r} not one of {OPS}")
@@ -119,6 +122,3 @@ def group_reduce(table: pa.Table, keys: Sequence[str],
             out[f"{name}_max"] = pa.array(acc, type=col.type, mask=count == 0)
     return pa.table(out)
 
-
-_SUM_DTYPE = {"i": np.int64, "u": np.uint64, "f": np.float64}
-"""Arrow's type of a sum, by numpy kind of the column: signed, unsigned, float."""

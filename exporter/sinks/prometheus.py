@@ -251,7 +251,7 @@ class PromState:
         agg = group_reduce(t, ["pid"], [
             ("runq_wait_ns", "sum"), ("run_ns", "sum"), ("voluntary_switches", "sum"),
             ("involuntary_switches", "sum"), ("migrations", "sum"),
-            ("minor_faults", "sum"), ("major_faults", "sum")])  # no Acero: see groups
+            ("minor_faults", "sum"), ("major_faults", "sum")])
         for r in agg.to_pylist():
             s = self.sched.setdefault((host, str(r["pid"])), _Sched())
             s.wait_ns += r["runq_wait_ns_sum"] or 0
