@@ -23,6 +23,7 @@ struct tstats {
     u64 unseen_ns;       // their wait start -> switch-out: hidden wait + slice
     u64 last_run_start;  // start of the most recent completed on-CPU slice
     u64 last_wait_start; // start of the most recent completed wait
+    u64 last_unseen_wait_start; // start of the most recent wait ended unseen
     u32 tgid;
     char comm[AACO_COMM_LEN];
 };
@@ -158,8 +159,13 @@ TRACEPOINT_PROBE(sched, sched_switch) {
                     // their sum is known when the wait start was seen
                     __sync_fetch_and_add(&s->no_slice_start, 1);
                     struct wait_t *lw = waiting.lookup(&prev);
-                    if (lw && now > lw->ts)
-                        __sync_fetch_and_add(&s->unseen_ns, now - lw->ts);
+                    if (lw) {
+                        if (now > lw->ts)
+                            __sync_fetch_and_add(&s->unseen_ns, now - lw->ts);
+                        // user space may have credited this wait as in
+                        // progress: it takes the credit back (in unseen_ns)
+                        s->last_unseen_wait_start = lw->ts;
+                    }
                 }
                 __builtin_memcpy(s->comm, args->prev_comm, AACO_COMM_LEN);
             }

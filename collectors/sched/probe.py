@@ -192,13 +192,31 @@ def _cstr(b: Any) -> str:
 
 
 class _Credit:
-    """In-progress slice/wait bookkeeping for one metric (see module doc)."""
+    """In-progress slice/wait bookkeeping for one metric (see module doc).
+
+    :meth:`settle` turns one interval's completed time into the time to
+    report: it adds the part of an in-progress slice/wait (start ``cur``)
+    elapsed by ``now`` and not yet reported, and takes back what earlier
+    drains reported of one that has since ended (``last_start`` at or after
+    its start). A take-back larger than the interval's time is carried to
+    the next interval, never dropped, so the reported sum over intervals is
+    exact. All values ns.
+
+    >>> c = _Credit()
+    >>> c.settle(7, 0, 0, 100, 250)     # waiting since 100: 150 so far
+    150
+    >>> c.settle(7, 0, 100, None, 400)  # that wait ended unseen: take back
+    0
+    >>> c.settle(7, 200, 300, None, 600)  # 150 of debt paid from 200
+    50
+    """
 
     def __init__(self) -> None:
         self.ledger: dict[int, tuple[int, int]] = {}  # tid -> (start, credited)
+        self.debt: dict[int, int] = {}  # tid -> take-back not yet paid
 
     def settle(self, tid: int, completed: int, last_start: int, cur: int | None, now: int) -> int:
-        adj = completed
+        adj = completed - self.debt.pop(tid, 0)
         led = self.ledger.get(tid)
         if led is not None and last_start and last_start >= led[0]:
             adj -= led[1]
@@ -212,12 +230,16 @@ class _Credit:
             self.ledger.pop(tid, None)
         else:
             self.ledger[tid] = led
+        if adj < 0:
+            self.debt[tid] = -adj
         return max(adj, 0)
 
     def forget(self, keep: Iterable[int]) -> None:
         k = set(keep)
         for tid in [t for t in self.ledger if t not in k]:
             del self.ledger[tid]
+        for tid in [t for t in self.debt if t not in k]:
+            del self.debt[tid]
 
 
 class SchedProbe:
@@ -372,8 +394,11 @@ class SchedProbe:
             t.run_ns = self._run.settle(
                 tid, delta["run_ns"], s.last_run_start if s else 0, oncpu.get(tid), now
             )
+            # a wait ends at a seen switch-in, or unseen (its slice then
+            # counted in unseen_ns): either way its credit is taken back
+            ended = max(s.last_wait_start, s.last_unseen_wait_start) if s else 0
             t.runq_wait_ns = self._wait.settle(
-                tid, delta["runq_wait_ns"], s.last_wait_start if s else 0, waiting.get(tid), now
+                tid, delta["runq_wait_ns"], ended, waiting.get(tid), now
             )
             t.voluntary, t.involuntary = delta["voluntary"], delta["involuntary"]
             t.migrations, t.faults = delta["migrations"], delta["faults"]
