@@ -83,9 +83,8 @@ def event_order(start: I64, end: I64, depth: I64) -> tuple[I64, npt.NDArray[np.i
 
 def _annotation(a: Annotation) -> list[w.Part]:
     value_key = w.key(4 if a.kind == "int" else 17, w.VARINT)  # int_value / string_value_iid
-    n = len(a.values)
-    name = w.const(w.key(1, w.VARINT) + w.varint_bytes(a.name_iid), n)
-    return w.message(4, [name, w.varint(a.values, prefix=value_key)], a.mask)
+    name = w.key(1, w.VARINT) + w.varint_bytes(a.name_iid)  # name_iid, then the value
+    return w.message(4, [w.varint(a.values, prefix=name + value_key)], a.mask)
 
 
 def take(s: SliceCols, rows: npt.NDArray[np.integer]) -> SliceCols:
@@ -130,9 +129,9 @@ def concat(parts: list[SliceCols], names: list[tuple[int, str]]) -> SliceCols:
 
 def _begin(s: SliceCols, ts: I64) -> list[w.Part]:
     """``Trace.packet`` entries: a ``TYPE_SLICE_BEGIN`` at ``ts`` per slice of ``s``."""
-    n = s.n
     V = w.VARINT
-    ev = [w.const(w.key(9, V) + bytes([BEGIN]), n), w.varint(s.track, prefix=w.key(11, V)),
+    # each constant field goes with the key of the varint after it: one part
+    ev = [w.varint(s.track, prefix=w.key(9, V) + bytes([BEGIN]) + w.key(11, V)),
           w.varint(s.name_iid, prefix=w.key(10, V)), w.varint(s.cat_iid, prefix=w.key(3, V))]
     for a in s.annotations:
         ev += _annotation(a)
@@ -141,16 +140,15 @@ def _begin(s: SliceCols, ts: I64) -> list[w.Part]:
     if s.flow_in is not None:
         ev.append(w.fixed64(s.flow_in, s.flow_in > 0, w.key(48, w.I64_WIRE)))
     seq = w.key(10, V) + w.varint_bytes(SEQ_ID) + w.key(13, V) + bytes([NEEDS_INCREMENTAL_STATE])
-    return w.message(1, [w.varint(ts, prefix=w.key(8, V)), w.const(seq, n), *w.message(11, ev)])
+    return w.message(1, [w.varint(ts, prefix=w.key(8, V)), *w.message(11, ev, before=seq)])
 
 
 def _end(track: I64, ts: I64) -> list[w.Part]:
     """``Trace.packet`` entries: a ``TYPE_SLICE_END`` at ``ts`` on each ``track``."""
-    n = len(track)
     V = w.VARINT
-    ev = [w.const(w.key(9, V) + bytes([END]), n), w.varint(track, prefix=w.key(11, V))]
+    ev = [w.varint(track, prefix=w.key(9, V) + bytes([END]) + w.key(11, V))]
     seq = w.key(10, V) + w.varint_bytes(SEQ_ID)
-    return w.message(1, [w.varint(ts, prefix=w.key(8, V)), w.const(seq, n), *w.message(11, ev)])
+    return w.message(1, [w.varint(ts, prefix=w.key(8, V)), *w.message(11, ev, before=seq)])
 
 
 def encode_events(s: SliceCols, ts: I64, events: npt.NDArray[np.intp]) -> bytes:

@@ -5,6 +5,7 @@ Python would, and a varint message decodes with protobuf's own parser."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket
@@ -103,3 +104,30 @@ def test_a_column_of_one_varint_width_takes_the_one_width_path_and_parses_back()
                          np.arange(3))
         assert [p.timestamp for p in Trace.FromString(raw).packet] == \
             [v % (1 << 64) for v in vals], k
+
+
+@settings(max_examples=100, deadline=None)
+@given(_values, st.binary(min_size=0, max_size=5), st.booleans())
+def test_constant_bytes_joined_to_a_key_equal_them_as_a_part_of_their_own(
+        vals: list[int], before: bytes, masked: bool) -> None:
+    """``message(..., before=b)`` and a varint with a longer ``prefix`` (the
+    parts a constant field is folded into) give the bytes of the constant as
+    a part of its own, then the field: one part fewer, the same message
+    (``before`` is absent where the field is)."""
+    col = np.array(vals, dtype=np.int64)
+    mask = np.arange(len(vals)) % 2 == 0 if masked else None
+    inner = [w.varint(col, prefix=w.key(9, w.VARINT) + b"\x01" + w.key(11, w.VARINT))]
+    split_inner = [w.const(w.key(9, w.VARINT) + b"\x01", len(vals)),
+                   w.varint(col, prefix=w.key(11, w.VARINT))]
+    joined = w.message(1, [w.varint(col, prefix=w.key(8, w.VARINT)),
+                           *w.message(11, inner, mask, before=before)])
+    split = w.message(1, [w.varint(col, prefix=w.key(8, w.VARINT)),
+                          w.const(before, len(vals), mask), *w.message(11, split_inner, mask)])
+    rows = np.arange(len(vals))[::-1]
+    assert w.assemble([joined], rows) == w.assemble([split], rows) == _reference([split], rows)
+
+
+def test_a_prefix_longer_than_7_bytes_is_refused() -> None:
+    """A varint's prefix shares its first word with the value: at most 7 bytes."""
+    with pytest.raises(ValueError, match="8 bytes"):
+        w.varint(np.arange(3), prefix=b"\x08" * 8)
