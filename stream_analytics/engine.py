@@ -557,7 +557,11 @@ class Analytics:
         if not wait.any():
             return [t]
         out = [t.filter(pa.array(~wait))] if not wait.all() else []
-        held = t.filter(pa.array(wait))
+        # only the columns a held kernel keeps, and no copy when all wait
+        # (a GPU trace with no iteration spans: every batch)
+        held = t.select([c for c in _HELD.names if c in t.column_names])
+        if not wait.all():
+            held = held.filter(pa.array(wait))
         m = held.num_rows
         now = time.time_ns()
         cols = pa.table({
