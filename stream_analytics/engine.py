@@ -752,8 +752,8 @@ class Analytics:
                        dur: np.ndarray[Any, Any]) -> None:
         """Cumulative spans and time per (model, pid, family): a bounded label set."""
         fcode, fams = _codes(t, "kernel_family", "other")
-        agg = pa.table({"m": mcode, "p": pid, "f": fcode, "d": dur}).group_by(
-            ["m", "p", "f"]).aggregate([("d", "sum"), ("d", "count")])
+        agg = group_reduce(pa.table({"m": mcode, "p": pid, "f": fcode, "d": dur}),
+                           ["m", "p", "f"], [("d", "sum"), ("d", "count")])
         for m, p, f, s, c in zip(*(agg.column(x).to_pylist() for x in
                                   ("m", "p", "f", "d_sum", "d_count")), strict=True):
             st = self._state((host, int(p), models[int(m)]))
