@@ -7,7 +7,9 @@ no Parquet. The daemon's own groupings are small: scheduler samples by pid
 (tens of rows a publish) and GPU throttle ratios by timestamp and GPU. Their
 keys are integers. :func:`group_reduce` does them with numpy (``unique`` and
 ``ufunc.at``), exactly, with Arrow's output names, types and null rules.
-Groupings of kernel spans (millions of rows, string keys) keep ``group_by``.
+So do the analytics' kernel totals by model, pid and family codes (one call
+per reduced batch of a replay: no Acero call each time). Groupings by
+string keys (kernel names, families) keep ``group_by``.
 
 >>> import pyarrow as pa
 >>> t = pa.table({"pid": [7, 3, 7], "x": [1, None, 5]})
