@@ -41,12 +41,12 @@ _CONT = 0x8080808080808080
 # first word, and byte 8 (the 9th) of the second when k is 10
 _CONT0 = np.array([((1 << (8 * min(max(k - 1, 0), 8))) - 1) & _CONT for k in range(11)],
                   dtype=np.uint64)
+_CONT1 = np.array([0x80 if k == 10 else 0 for k in range(11)], dtype=np.uint64)
 _SPREAD = [(np.uint64(keep), np.uint64(move), np.uint64(by)) for keep, move, by in (
     (0x0FFFFFFF, 0x00FFFFFFF0000000, 4),
     (0x00003FFF00003FFF, 0x0FFFC0000FFFC000, 2),
     (0x007F007F007F007F, 0x3F803F803F803F80, 1))]
 """``(keep, move, shift)`` steps of :func:`_spread`."""
-_CONT1 = np.array([0x80 if k == 10 else 0 for k in range(11)], dtype=np.uint64)
 
 VARINT, I64_WIRE, LEN = 0, 1, 2
 
@@ -157,15 +157,11 @@ def varint(values: npt.NDArray[np.integer], mask: Mask | None = None,
     else:
         hi = v >> np.uint64(56)  # 8 bits: one or two more bytes
         words = [_spread(v & _LOW56, 8), _spread(hi, 2)]
-    if w > 1:
-        if lo == w:  # one width: a continuation bit on all but the last byte
-            words[0] |= _CONT0[w]
-            if w == 10:
-                words[1] |= _CONT1[w]
-        else:
-            words[0] |= _CONT0[nb]
-            if w == 10:
-                words[1] |= _CONT1[nb]
+    if w > 1:  # a continuation bit on all but the last byte
+        k = w if lo == w else nb  # one width: one constant for every row
+        words[0] |= _CONT0[k]
+        if w == 10:
+            words[1] |= _CONT1[k]
     return Part(_prepend(prefix, words, w), _mask(nb + len(prefix), mask))
 
 
