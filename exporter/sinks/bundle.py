@@ -88,7 +88,9 @@ and falls back to plain values. The other columns keep dictionary encoding."""
 class _Spool:
     """One spooled signal: batches buffered up to :data:`ROW_GROUP_ROWS` rows, then
     written as a row group of ``path`` (``pyarrow.parquet.ParquetWriter``, zstd;
-    the signal's :data:`DELTA_COLUMNS` delta-encoded).
+    the signal's :data:`DELTA_COLUMNS` delta-encoded; the dictionaries of a row
+    group's batches unified first, so that its dictionary columns are written
+    as one dictionary page and indices).
 
     The row groups are encoded and written in a worker thread, one at a time
     and in order (Parquet encoding and zstd release the GIL, so the sink and
@@ -122,7 +124,11 @@ class _Spool:
                 self.path, self.schema, compression="zstd",
                 use_dictionary=[c for c in self.schema.names if c not in delta],
                 column_encoding=dict.fromkeys(delta, "DELTA_BINARY_PACKED"))
-        self.writer.write_table(table)
+        # one dictionary per column and row group: batches decoded from separate
+        # bus messages each bring their own, and Parquet's writer spells out every
+        # row's value when a column chunk's dictionaries differ (a real trace's
+        # 400-character kernel names, row after row)
+        self.writer.write_table(table.unify_dictionaries())
 
     def _write(self) -> None:
         table = pa.Table.from_batches(self.buf, schema=self.schema)

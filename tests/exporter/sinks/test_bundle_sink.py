@@ -206,6 +206,40 @@ def test_spool_writer_thread_keeps_row_groups_in_arrival_order(tmp_path: Path) -
     assert pq.ParquetFile(sp.path).metadata.num_row_groups == 6
 
 
+def test_spool_keeps_kernel_names_dictionary_encoded_across_batches_with_their_own_dictionaries(
+        tmp_path: Path) -> None:
+    """Batches decoded from separate bus messages each carry their own
+    dictionary (other names, another order). A row group made of several of
+    them is written with one dictionary page and dictionary indices, not with
+    every row's name spelled out (Parquet's writer falls back to plain values
+    when a column chunk's dictionaries differ). The names read back are
+    the same, row for row."""
+    from exporter.sinks import bundle
+
+    long = "void ck::kernel_gemm_xdl_cshuffle_v3<" + "x" * 200
+    names = [f"{long}{i}>" for i in range(6)]
+    sp = bundle._Spool(tmp_path / "k.parquet", KERNEL_SPAN)
+    step = bundle.ROW_GROUP_ROWS // 4
+    want: list[str] = []
+    for b in range(8):
+        t = _kernels(step, b * step)
+        part = [names[(b + i % (2 + b % 3)) % 6] for i in range(step)]  # own subset, own order
+        want += part
+        t = t.set_column(t.schema.get_field_index("kernel_name"), KERNEL_SPAN.field("kernel_name"),
+                         pa.array(part).dictionary_encode())
+        sp.add(t.to_batches()[0])
+    path = sp.close()
+    md = pq.ParquetFile(path).metadata
+    col = md.schema.to_arrow_schema().get_field_index("kernel_name")
+    assert md.num_row_groups == 2
+    for g in range(md.num_row_groups):
+        chunk = md.row_group(g).column(col)
+        assert chunk.has_dictionary_page
+        # indices and one dictionary page: far less than the names spelled out (~210 B a row)
+        assert chunk.total_uncompressed_size < 4 * chunk.num_values, chunk.total_uncompressed_size
+    assert pq.read_table(path, columns=["kernel_name"]).column(0).to_pylist() == want
+
+
 def test_spool_write_error_is_raised_by_close(tmp_path: Path) -> None:
     """A row group the worker thread cannot write (its directory is gone) raises
     at close, not silently."""
