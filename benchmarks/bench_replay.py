@@ -35,9 +35,13 @@ parse, bus, analytics, Parquet bundle, ``trace.pftrace``):
   (asserted equal to the input rows) at the 2M size; the 1-minute load
   average before and after each run (the machine may be shared);
 * ``--baseline-ref REF``: the same command of git revision REF (``git archive``
-  into the temp dir, same interpreter) on the same input, right before this
+  into the temp dir, same interpreter) on the same input, next to this
   tree's run of each size, so before/after compare within one run (both
-  trees byte-compiled first, so neither run pays for compiling);
+  trees byte-compiled first, so neither run pays for compiling); the two
+  take turns at running first in each repetition (until 2026-11-29 the
+  reference always ran first, right after the baseline, and an A/A run of
+  one tree read 1.08x faster and 1.11x less CPU for the second run: every
+  "vs ref" figure measured before then is biased by that much);
 * **baseline** (same run): ``csv.DictReader`` -> one OpenTelemetry SDK span per
   row (``BatchSpanProcessor``, queue as large as the input) ->
   ``OTLPSpanExporter`` over gRPC to a real OTLP/gRPC receiver child counting
@@ -282,8 +286,9 @@ def main() -> None:
     ap.add_argument("--baseline-ref", default="",
                     help="also run the replay of this git revision on each input")
     ap.add_argument("--repeat", type=int, default=1,
-                    help="runs of each tree per input, alternating; goals and ratios "
-                         "use the median (a shared VM's speed drifts between runs)")
+                    help="runs of each tree per input, alternating, the tree that runs "
+                         "first taking turns; goals and ratios use the median (a shared "
+                         "VM's speed drifts between runs)")
     a = ap.parse_args()
 
     def say(msg: str) -> None:
@@ -317,7 +322,12 @@ def main() -> None:
                         f"{bases[-1].spans_per_s:,.0f} spans/s")
                 base_rate = (bases[k].spans_per_s if rows == sizes[0]
                              else sorted(b.spans_per_s for b in bases)[(len(bases) - 1) // 2])
-                for i, (code, root) in enumerate(trees):
+                # the trees take turns at running first: the first replay after the
+                # baseline runs slower (on this VM, memory another process freed seconds
+                # before is handed back to the host, and touching it again costs: an A/A
+                # run of one tree read "1.08x faster, CPU 1.11x less" for whichever ran second)
+                turn = list(enumerate(trees))
+                for i, (code, root) in (turn if k % 2 == 0 else turn[::-1]):
                     say(f"replay {rows:,} rows, {code} (run {k + 1} of {a.repeat}) ...")
                     parse = rows == sizes[0] and not a.no_parse_trace and k == 0
                     out = Path(d) / f"out_{rows}_{i}_{k}"
