@@ -55,7 +55,9 @@ as one ``Trace``), so memory does not grow with the number of kernels:
 
 The column-wise encodings of 2. and 3. run in :data:`ENCODE_THREADS` worker
 threads while the next chunk's tracks and interned names are built here;
-their bytes are written in the order above (:meth:`_Builder.encode`).
+their bytes are written in the order above (:meth:`_Builder.encode`), by
+one more thread ("trace-write"), so that building the next chunk does not
+wait for the file: at most :data:`PENDING_WRITES` writes are outstanding.
 
 Every kernel row becomes a slice; nothing is sampled or dropped. Packets are
 sorted by time within a chunk, not across chunks: trace_processor (and so
@@ -96,6 +98,9 @@ ENCODE_THREADS = 2
 """Threads encoding column-wise slices (:meth:`_Builder.encode`)."""
 PENDING_ENCODES = 4
 """Encodings submitted and not yet written, at most (bounds the memory they hold)."""
+PENDING_WRITES = 4
+"""Writes handed to the writer thread and not yet done, at most (about 4 MB
+each for GPU kernels: bounds the memory they hold)."""
 CHUNK_ROWS = 65_536
 """Kernel rows encoded per chunk (a larger input batch is split): the bundle's
 Parquet row group. 16,384 cost a fifth more CPU (per-chunk bookkeeping and
@@ -142,7 +147,10 @@ class TraceStats:
 
 class _Builder:
     """Track bookkeeping plus a packet buffer written to ``f`` every
-    :data:`FLUSH_PACKETS` packets (and before every raw chunk).
+    :data:`FLUSH_PACKETS` packets (and before every raw chunk); by ``writer``
+    when there is one (a single thread: the writes keep their order), at most
+    :data:`PENDING_WRITES` of them outstanding; ``settle()`` (no limit) waits
+    for them all and raises their errors.
 
     Column-wise slices are encoded in ``pool`` (:meth:`encode`: numpy
     releases the GIL, so the encoding of one chunk runs on another core
@@ -150,9 +158,12 @@ class _Builder:
     is written stays in order: bytes wait in ``pending`` behind the
     encodings submitted before them, at most :data:`PENDING_ENCODES` of them."""
 
-    def __init__(self, f: BinaryIO, pool: Executor | None = None) -> None:
+    def __init__(self, f: BinaryIO, pool: Executor | None = None,
+                 writer: Executor | None = None) -> None:
         self.f = f
         self.pool = pool
+        self.writer = writer
+        self.writes: deque[Future[int]] = deque()
         self.pending: deque[tuple[Future[tuple[bytes, int]] | bytes, int]] = deque()
         self.encoding = 0
         self.trace = Trace()
@@ -187,7 +198,12 @@ class _Builder:
             self._write(data, packets)
 
     def _write(self, data: bytes, packets: int) -> None:
-        self.f.write(data)
+        if self.writer is None:
+            self.f.write(data)
+        else:
+            self.writes.append(self.writer.submit(self.f.write, data))
+            while self.writes and (len(self.writes) > PENDING_WRITES or self.writes[0].done()):
+                self.writes.popleft().result()
         self.bytes += len(data)
         self.packets += packets
         self.chunks += 1
@@ -223,6 +239,9 @@ class _Builder:
                 data = head
             self.pending.popleft()
             self._write(data, packets)
+        if limit == 0:
+            while self.writes:
+                self.writes.popleft().result()
 
     def packet(self) -> TracePacket:
         if len(self.trace.packet) >= FLUSH_PACKETS:
@@ -611,8 +630,9 @@ def write_trace(
     for a missing column.
     """
     path = Path(path)
-    with path.open("wb") as f, ThreadPoolExecutor(ENCODE_THREADS, "trace-encode") as pool:
-        b = _Builder(f, pool)
+    with path.open("wb") as f, ThreadPoolExecutor(ENCODE_THREADS, "trace-encode") as pool, \
+            ThreadPoolExecutor(1, "trace-write") as writer:
+        b = _Builder(f, pool, writer)
         b.header()
         if sched is not None and sched.num_rows:
             comms = zip(

@@ -318,3 +318,48 @@ def test_gpu_kernels_written_in_chunks_keep_every_slice_and_intern_each_name_onc
     assert stats.flows == 1 and src["flow_out"] == dst["flow_in"]
     assert src["name"] == "hipLaunchKernel" and dst["corr"] == 5
     assert dst["ts"] in ks["start_ns"].to_pylist()[20 * 9: 21 * 9]  # the copy with the ids
+
+
+def test_a_failing_write_raises_from_write_trace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bytes are written by a writer thread; a write that fails (``/dev/full``:
+    ENOSPC) raises ``OSError`` from ``write_trace``, not lost in that thread."""
+    import exporter.sinks.perfetto_trace as pt
+
+    if not Path("/dev/full").exists():
+        pytest.skip("needs /dev/full (Linux)")
+    monkeypatch.setattr(pt, "CHUNK_ROWS", 16)
+    ks = _tiled_kernels(40, keep_ids=20)
+    empty = pa.Table.from_batches([conform("iteration_span", ITERATION_SPAN.empty_table())])
+    with pytest.raises(OSError) as e:
+        write_trace(Path("/dev/full"), iter(ks.to_batches(max_chunksize=50)), empty)
+    assert e.value.errno == 28  # ENOSPC
+
+
+def test_writes_through_the_writer_thread_keep_their_order_and_its_error_is_raised_by_settle(
+) -> None:
+    """_Builder hands its bytes to a writer thread: they reach the file in the
+    order written, and an error of that thread is raised by ``settle()``."""
+    import io
+    from concurrent.futures import ThreadPoolExecutor
+
+    import exporter.sinks.perfetto_trace as pt
+
+    class Failing(io.RawIOBase):
+        def writable(self) -> bool:
+            return True
+
+        def write(self, b: object) -> int:
+            raise OSError(28, "No space left on device")
+
+    out = io.BytesIO()
+    with ThreadPoolExecutor(1) as w:
+        b = pt._Builder(out, None, w)
+        for i in range(50):
+            b.raw(bytes([i]) * (i + 1), 1)
+        b.settle()
+        assert out.getvalue() == b"".join(bytes([i]) * (i + 1) for i in range(50))
+        assert (b.packets, b.bytes) == (50, 50 * 51 // 2)
+        bad = pt._Builder(Failing(), None, w)
+        bad.raw(b"x" * 10, 1)
+        with pytest.raises(OSError):
+            bad.settle()
