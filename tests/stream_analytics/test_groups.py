@@ -64,6 +64,35 @@ def test_equals_arrows_group_by(keys: list[str], n: int) -> None:
     assert rows(got) == rows(want)
 
 
+@pytest.mark.parametrize("path", ["direct", "one_int64", "rows"])
+def test_each_grouping_path_gives_arrows_groups_in_order_of_first_appearance(path: str) -> None:
+    """Keys folded into one int64 and grouped by direct addressing (a small
+    span), by numpy's unique of that int64 (a span far wider than the rows),
+    or, when the key ranges do not fit in 62 bits together, by unique of the
+    rows: the same groups as Arrow's, numbered in order of first appearance."""
+    from stream_analytics import groups
+
+    rng = np.random.default_rng(11)
+    n = 3000
+    a, b = rng.integers(0, 5, n), rng.integers(-3, 4, n)
+    if path == "one_int64":
+        b = b * 10**12
+    elif path == "rows":
+        a = a * 2**60 - 2**61  # range 2^62: the two keys cannot share one int64
+    t = pa.table({"a": a, "b": b, "v": rng.integers(0, 100, n)})
+    parts = [a, b]
+    key = groups._one_key(parts)
+    assert (key is None) == (path == "rows")
+    assert key is None or (groups._dense(key) is None) == (path == "one_int64")
+    got = group_reduce(t, ["a", "b"], [("v", "sum"), ("v", "count")])
+    first: dict[tuple[int, int], None] = {}
+    for k in zip(a.tolist(), b.tolist(), strict=True):
+        first.setdefault(k, None)
+    assert list(zip(got["a"].to_pylist(), got["b"].to_pylist(), strict=True)) == list(first)
+    want = t.group_by(["a", "b"], use_threads=False).aggregate([("v", "sum"), ("v", "count")])
+    assert sorted(got.to_pylist(), key=repr) == sorted(want.to_pylist(), key=repr)
+
+
 def test_groups_come_in_order_of_first_appearance() -> None:
     """A null key is one group, placed where it first appears."""
     t = pa.table({"gpu": pa.array([3, None, 0, 3, 1, None, 0], pa.int64()),
