@@ -23,11 +23,14 @@ from exporter.prefetch import prefetch
 if TYPE_CHECKING:
     from collectors.base import Emit
 
-HEAD_START = 16
+HEAD_START = 40
 """Parsed batches (about 22,000 rocprofv3 rows each) the parser may run ahead
-while the command imports the rest of itself and opens its bus (about 0.4 s
+while the command imports the rest of itself and opens its bus (about 0.3 s
 on two cores), against 4 once publishing starts
-(:func:`exporter.prefetch.prefetch`)."""
+(:func:`exporter.prefetch.prefetch`). 16 left the parser waiting for most of
+that time: a 2M-row replay's median wall time was 2.16 s with 16 and 2.07 s
+with 40 (8 alternating pairs), the peak RSS the same (the peak comes at the
+end); 64 was no faster."""
 
 
 class NothingToReplay(ValueError):
