@@ -53,7 +53,7 @@ bench: setup
 	$(PY) benchmarks/bench_outbox.py
 	$(PY) benchmarks/bench_rocprof.py
 	$(PY) benchmarks/bench_rocpd.py
-	$(PY) benchmarks/bench_replay.py --baseline-ref ebc07ac --repeat 3
+	$(PY) benchmarks/bench_replay.py --baseline-ref ebc07ac --repeat 4
 	$(PY) benchmarks/bench_trace_held.py --rows 1000000 --baseline-ref c9988e4
 	$(PY) benchmarks/bench_capture_overhead.py
 	$(PY) benchmarks/bench_instrument.py

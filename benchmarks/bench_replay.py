@@ -100,6 +100,7 @@ class Run:
     code: str = "this tree"
     load: tuple[float, float] = (0.0, 0.0)  # 1-minute load average before, after
     base_spans_per_s: float = 0.0  # the OTel baseline of this run's repetition
+    first: bool = True  # the first replay after the baseline (see --baseline-ref)
 
     @property
     def nats_peak_rss_bytes(self) -> int:
@@ -327,13 +328,15 @@ def main() -> None:
                 # before is handed back to the host, and touching it again costs: an A/A
                 # run of one tree read "1.08x faster, CPU 1.11x less" for whichever ran second)
                 turn = list(enumerate(trees))
-                for i, (code, root) in (turn if k % 2 == 0 else turn[::-1]):
+                turn = turn if k % 2 == 0 else turn[::-1]
+                for i, (code, root) in turn:
                     say(f"replay {rows:,} rows, {code} (run {k + 1} of {a.repeat}) ...")
                     parse = rows == sizes[0] and not a.no_parse_trace and k == 0
                     out = Path(d) / f"out_{rows}_{i}_{k}"
                     r = run_replay(src, out, rows, parse_trace=parse, root=root)
                     r.code = code
                     r.base_spans_per_s = base_rate
+                    r.first = i == turn[0][0]  # right after the baseline (or the input)
                     runs.append(r)
                     shutil.rmtree(out, ignore_errors=True)
             p.unlink()
@@ -369,6 +372,12 @@ def main() -> None:
         if a.repeat > 1 else ""
     say(f"goal: >= {GOAL_RATIO:.0f}x the baseline's spans/s at {sizes[0]:,} rows: "
         f"{ratio:.1f}x{of}, {'met' if ratio >= GOAL_RATIO else 'NOT met'}")
+    if a.baseline_ref:
+        for first, where in ((True, "first after the baseline"), (False, "second")):
+            xs = sorted(x.spans_per_s / x.base_spans_per_s for x in runs
+                        if x.code == "this tree" and x.rows == sizes[0] and x.first == first)
+            if xs:
+                say(f"  this tree's runs {where}: {', '.join(f'{x:.1f}' for x in xs)}x")
     for rows in sizes:
         r = median("this tree", rows)
         peak = max((x for x in runs if x.code == "this tree" and x.rows == rows),
