@@ -393,18 +393,22 @@ class Session:
         a worker thread as soon as the bundle sink has read every input,
         while the analytics consumer still settles its held kernels; the
         trace's analytics counters, written last, wait for its final results.
+        What the trace imports (:func:`~exporter.sinks.bundle.preimport_trace`)
+        is imported in another worker thread while the readers drain.
         ``derived_metrics.json`` describes the key with the most kernel spans
         and lists every key under ``keys``; ``session.json`` has ``timings_s``,
         the seconds per phase so far (:class:`exporter.phases.Phases`; here
         ``trace`` overlaps ``analytics``). An exception of either side is
         raised once both have stopped.
         """
-        from exporter.sinks.bundle import finish_verdict, write_kernel_outputs
+        from exporter.sinks.bundle import finish_verdict, preimport_trace, write_kernel_outputs
 
         out.mkdir(parents=True, exist_ok=True)
         ph = self.phases
         results: concurrent.futures.Future[pa.Table] = concurrent.futures.Future()
-        trace: list[asyncio.Future[None]] = []
+        # the trace's imports, while the readers drain: not on the trace's path
+        trace: list[asyncio.Future[None]] = [asyncio.ensure_future(
+            asyncio.to_thread(preimport_trace))]
         counts: dict[str, int] = {}
 
         def start_trace() -> None:  # every input is read: the kernel spool is complete

@@ -368,6 +368,26 @@ def _phase(timer: Callable[[str], Any] | None, name: str) -> Any:
     return timer(name) if timer is not None else nullcontext()
 
 
+TRACE_MODULES = ("exporter.sinks.perfetto_trace", "stream_analytics.kernel_stats",
+                 "pyarrow.acero")
+"""What :func:`write_kernel_outputs` imports: perfetto's and OpenTelemetry's
+protos (about 50 ms on the 2-core VM) and Arrow's query engine (its
+``group_by``)."""
+
+
+def preimport_trace() -> None:
+    """Import :data:`TRACE_MODULES` now, e.g. in a worker thread while the
+    last messages are read, so that the trace does not begin by importing
+    them. One that cannot be imported (the ``perfetto`` extra missing) is
+    left for :func:`write_kernel_outputs` to report."""
+    import contextlib
+    import importlib
+
+    for m in TRACE_MODULES:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(m)
+
+
 def write_kernel_outputs(out: Path, sink: BundleSink,
                          analytics: Callable[[], pa.Table | None],
                          hip_api: pa.Table | None = None,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from exporter.bus import Bus, BusConfig
 from exporter.natsserver import EmbeddedNats
@@ -266,3 +267,20 @@ def test_session_readers_fetch_less_than_the_servers_pending_limit() -> None:
     from exporter.session import READ_BATCH
 
     assert 2 * READ_BATCH * BusConfig().max_payload_bytes < 64 << 20
+
+
+def test_preimport_trace_imports_the_trace_modules_and_leaves_a_missing_one_to_the_trace(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trace's modules are imported ahead of the trace (in a worker thread
+    while the readers drain); one that cannot be imported (an extra not
+    installed) raises nothing there: write_kernel_outputs reports it."""
+    import sys
+
+    from exporter.sinks import bundle
+
+    monkeypatch.setattr(bundle, "TRACE_MODULES",
+                        ("aaco_no_such_module_for_the_test", "email.mime.text"))
+    monkeypatch.delitem(sys.modules, "email.mime.text", raising=False)
+    bundle.preimport_trace()
+    assert "email.mime.text" in sys.modules
+    assert "aaco_no_such_module_for_the_test" not in sys.modules
