@@ -65,6 +65,7 @@ class Pipeline:
     publish_interval_s: float = 0.0  # background samples published this often; 0: at once
     buffer: PublishBuffer = field(default_factory=PublishBuffer)
     nats_go_max_procs: int | None = None  # the embedded server's GOMAXPROCS; None: Go's default
+    closed: bool = False  # close() was called
     watched: set[int] | None = None
     """The collectors' shared watched pid set (``CollectorContext.pids``).
     When a ``collect()`` adds pids to it, every collector whose
@@ -264,7 +265,12 @@ class Pipeline:
         return out
 
     async def close(self) -> None:
-        """Publish the held samples, close the collectors, the bus and the server."""
+        """Publish the held samples, close the collectors, the bus and the server.
+        Once: a second call does nothing (a session may close its pipeline
+        as soon as its readers have drained, and again on its way out)."""
+        if self.closed:
+            return
+        self.closed = True
         await self.publish_held()
         for c in self.collectors:
             try:

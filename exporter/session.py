@@ -395,6 +395,9 @@ class Session:
         trace's analytics counters, written last, wait for its final results.
         What the trace imports (:func:`~exporter.sinks.bundle.preimport_trace`)
         is imported in another worker thread while the readers drain.
+        Once they have drained, the pipeline (bus connection, embedded
+        nats-server) is closed while the trace is written; :meth:`close`
+        then has nothing left to do.
         ``derived_metrics.json`` describes the key with the most kernel spans
         and lists every key under ``keys``; ``session.json`` has ``timings_s``,
         the seconds per phase so far (:class:`exporter.phases.Phases`; here
@@ -422,6 +425,9 @@ class Session:
         try:
             await self.drain(start_trace)
             results.set_result(self.sink.table("analytics_result"))
+            # everything published is read: the bus and the server stop while the trace
+            # is written (nothing is held to publish: capture and replay publish at once)
+            trace.append(asyncio.ensure_future(self.pipe.close()))
             await asyncio.gather(*trace)
         except BaseException:
             results.cancel()  # a trace waiting for the results stops

@@ -96,3 +96,34 @@ def test_the_trace_bar_counts_every_kernel_row(nats_server: EmbeddedNats,
     asyncio.run(_bundle(nats_server.url, tmp_path / "b", progress=progress))
     bars = {t.description: t for t in progress.tasks}
     assert (bars["trace.pftrace"].total, bars["trace.pftrace"].completed) == (500, 500)
+
+
+def test_the_embedded_server_stops_once_drained_and_the_bundle_still_records_it(
+        tmp_path: Path) -> None:
+    """With the embedded nats-server, write_trace_bundle closes the pipeline
+    as soon as everything published is read (while the trace is written): the
+    server has stopped when it returns, session.json still has the server's
+    peak RSS and every kernel, and the session's close afterwards does
+    nothing more."""
+    import json
+
+    async def go() -> tuple[dict[str, Any], bool, bool]:
+        s = await Session.open("replay", BusConfig())
+        server = s.pipe.server
+        assert server is not None and server.proc is not None
+        try:
+            await s.publish(iter([Emit("kernel_span", _kernels(500), "k")]))
+            derived = await s.write_trace_bundle(tmp_path / "b", {"kind": "test"}, Rejects())
+            stopped = server.proc is None
+        finally:
+            await s.close()
+            s.sink.discard()
+        return derived, stopped, s.pipe.closed
+
+    derived, stopped, closed = asyncio.run(go())
+    assert stopped and closed
+    assert derived["kernel_count_total"] == 500
+    info = json.loads((tmp_path / "b/session.json").read_text())
+    assert info["rows"]["kernel_span"] == 500
+    assert info["peak_rss_bytes"]["nats_server"] > 0
+    assert info["shortfall"] is None
