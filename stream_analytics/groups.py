@@ -5,9 +5,10 @@ imports ``pyarrow.acero`` and, with it, ``pyarrow.dataset``, Parquet, S3 and
 Substrait: 9.6 MB more RSS (pyarrow 26) in the always-on daemon, which writes
 no Parquet. The daemon's own groupings are small: scheduler samples by pid
 (tens of rows a publish) and GPU throttle ratios by timestamp and GPU. Their
-keys are integers. :func:`group_reduce` does them with numpy (the keys folded
-into one int64, grouped by direct addressing or ``unique``; ``ufunc.at``),
-exactly, with Arrow's output names, types and null rules.
+keys are integers. :func:`group_reduce` does them with numpy (the key tuples
+ranked by :func:`tuple_codes`, without a sort of the rows; ``ufunc.at``),
+exactly, with Arrow's output names, types and null rules. The Perfetto
+trace's track ids use :func:`tuple_codes` too.
 So do the analytics' kernel totals by model, pid and family codes (one call
 per reduced batch of a replay: no Acero call each time). Groupings by
 string keys (kernel names, families) keep ``group_by``.
@@ -31,10 +32,6 @@ OPS = ("sum", "max", "count")
 """The aggregations :func:`group_reduce` knows, as Arrow names them."""
 _SUM_DTYPE = {"i": np.int64, "u": np.uint64, "f": np.float64}
 """Arrow's type of a sum, by numpy kind of the column: signed, unsigned, float."""
-DIRECT_SPAN = 1
-"""Keys spanning at most this many values per row (plus 1,024) are grouped by
-direct addressing: two int64 tables of the span's size (at most 16 bytes a
-row, as much as a sort's temporaries) instead of a sort of the rows."""
 
 
 def _valid(col: pa.ChunkedArray) -> np.ndarray[Any, Any]:
@@ -49,69 +46,80 @@ def _values(col: pa.ChunkedArray) -> np.ndarray[Any, Any]:
     return np.asarray(col.fill_null(0).to_numpy() if col.null_count else col.to_numpy())
 
 
-def _one_key(parts: Sequence[np.ndarray[Any, Any]]) -> np.ndarray[Any, Any] | None:
-    """The key columns as one int64 per row (mixed radix over each column's
-    range), or None when the product of the ranges does not fit in 62 bits."""
-    if len(parts) == 1:
-        return parts[0]
-    key = np.zeros(len(parts[0]), dtype=np.int64)
-    span = 1
-    for p in parts:
-        lo, hi = int(p.min()), int(p.max())
-        if span * (hi - lo + 1) >= 1 << 62:
-            return None
-        key += (p - lo) * span
-        span *= hi - lo + 1
-    return key
+DENSE_LUT_MIN = 1 << 16
+"""Value range up to which :func:`dense_codes` ranks through a lookup table
+(at least this, or 4 entries per value)."""
 
 
-def _dense(key: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None:
-    """:func:`_groups` of one int64 key whose values span at most
-    :data:`DIRECT_SPAN` times the rows, by direct addressing (no sort of
-    the rows); None when they span more."""
-    n = len(key)
-    lo = int(key.min())
-    span = int(key.max()) - lo + 1
-    if span > DIRECT_SPAN * n + 1024:
-        return None
-    k = key - lo
-    first = np.full(span, n, dtype=np.int64)
-    np.minimum.at(first, k, np.arange(n, dtype=np.int64))
-    present = np.flatnonzero(first < n)
-    order = np.argsort(first[present], kind="stable")
-    gid = np.empty(span, dtype=np.int64)
-    gid[present[order]] = np.arange(len(order), dtype=np.int64)
-    return gid[k], first[present[order]]
+def dense_codes(values: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], int]:
+    """``(code per value, number of distinct values)`` of int64 ``values``:
+    codes ranked as the distinct values sort. Values within a small range
+    (agent, queue ids; pids; the combined codes of :func:`tuple_codes`) are
+    ranked through a table indexed by value; others are hash-encoded with
+    pyarrow, then only the few distinct values are sorted. No sort of the rows.
+
+    >>> dense_codes(np.array([7, 3, 7, 9]))
+    (array([1, 0, 1, 2]), 3)
+    >>> dense_codes(np.array([1 << 40, -5, 1 << 40]))
+    (array([1, 0, 1]), 2)
+    """
+    if len(values) == 0:
+        return np.empty(0, np.int64), 0
+    lo, hi = int(values.min()), int(values.max())
+    if hi - lo < max(DENSE_LUT_MIN, 4 * len(values)):
+        off = values - lo
+        seen = np.zeros(hi - lo + 1, np.bool_)
+        seen[off] = True
+        lut = np.cumsum(seen, dtype=np.int64) - 1
+        return lut[off], int(lut[-1]) + 1
+    enc = pc.dictionary_encode(pa.array(values, pa.int64()))
+    order = np.argsort(enc.dictionary.to_numpy(), kind="stable")
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order), dtype=np.int64)
+    return rank[enc.indices.to_numpy()], len(order)
+
+
+def tuple_codes(columns: Sequence[np.ndarray[Any, Any]]) -> tuple[np.ndarray[Any, Any], int]:
+    """:func:`dense_codes` of the rows of int64 ``columns`` (equal lengths, at
+    least one): equal tuples get equal codes, ranked as a lexicographic sort
+    of the tuples would. Each column is ranked and the ranks combined into
+    one mixed-radix code (re-ranked first whenever the next column could
+    overflow int64), which is ranked again.
+
+    >>> tuple_codes([np.array([2, 1, 2, 1]), np.array([5, 9, 5, 0])])
+    (array([2, 1, 2, 0]), 3)
+    """
+    code = np.zeros(len(columns[0]), np.int64)
+    span = 1  # every code is below span
+    for c in columns:
+        rank, m = dense_codes(c)
+        if span * m >= 1 << 62:
+            code, span = dense_codes(code)  # order kept, span <= rows
+        code = code * m + rank
+        span *= m
+    return dense_codes(code)
 
 
 def _groups(table: pa.Table, keys: Sequence[str]) -> tuple[np.ndarray[Any, Any],
                                                             np.ndarray[Any, Any]]:
     """(group of each row, first row of each group), groups numbered in order
-    of first appearance. A null key is a group of its own.
-
-    The key columns are folded into one int64 (:func:`_one_key`) and grouped
-    by direct addressing (:func:`_dense`) or, over a wider span, by numpy's
-    ``unique`` of that int64; ``unique`` of the rows (``axis=0``, a sort of
-    structured rows: 1.4 s for 2M rows of 3 keys) only where the ranges do
-    not fit in 62 bits."""
+    of first appearance. A null key is a group of its own. The key tuples are
+    coded with :func:`tuple_codes` (no sort of the rows: numpy's ``unique``
+    of the rows, ``axis=0``, took 1.4 s for 2M rows of 3 keys)."""
     parts: list[np.ndarray[Any, Any]] = []
     for k in keys:
         col = table.column(k)
         if col.null_count:
             parts.append(_valid(col).astype(np.int64))
         parts.append(_values(col).astype(np.int64, copy=False))
-    key = _one_key(parts)
-    if key is not None and (dense := _dense(key)) is not None:
-        return dense
-    if key is not None:
-        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
-    else:
-        _, first, inv = np.unique(np.stack(parts, axis=1), axis=0, return_index=True,
-                                  return_inverse=True)
+    code, m = tuple_codes(parts)
+    n = len(code)
+    first = np.full(m, n, dtype=np.int64)
+    np.minimum.at(first, code, np.arange(n, dtype=np.int64))
     order = np.argsort(first, kind="stable")
-    rank = np.empty_like(order)
-    rank[order] = np.arange(len(order))
-    return rank[inv.reshape(-1)], first[order]
+    rank = np.empty(m, dtype=np.int64)
+    rank[order] = np.arange(m, dtype=np.int64)
+    return rank[code], first[order]
 
 
 def group_reduce(table: pa.Table, keys: Sequence[str],

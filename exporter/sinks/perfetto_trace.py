@@ -92,6 +92,7 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import (
 from exporter import catalogue
 from exporter.sinks import perfetto_slices as ps
 from exporter.sinks.otlp_proto import match_iterations
+from stream_analytics.groups import tuple_codes
 
 SEQ_ID = ps.SEQ_ID
 ENCODE_THREADS = 2
@@ -477,65 +478,22 @@ def _name_processes(b: _Builder, pid: I64, model: pa.Array) -> None:
             b.process(p, f"{m} (pid {p})")
 
 
-DENSE_LUT_MIN = 1 << 16
-"""Value range up to which :func:`_dense_codes` ranks through a lookup table
-(at least this, or 4 entries per value)."""
-
-
-def _dense_codes(values: I64) -> tuple[I64, int]:
-    """``(code per value, number of distinct values)``: codes ranked as the
-    distinct values sort. Values within a small range (agent, queue ids; the
-    combined codes of :func:`_track_ids`) are ranked through a table indexed
-    by value; others are hash-encoded with pyarrow, then only the few
-    distinct values are sorted.
-
-    >>> _dense_codes(np.array([7, 3, 7, 9]))
-    (array([1, 0, 1, 2]), 3)
-    >>> _dense_codes(np.array([1 << 40, -5, 1 << 40]))
-    (array([1, 0, 1]), 2)
-    """
-    if len(values) == 0:
-        return np.empty(0, np.int64), 0
-    lo, hi = int(values.min()), int(values.max())
-    if hi - lo < max(DENSE_LUT_MIN, 4 * len(values)):
-        off = values - lo
-        seen = np.zeros(hi - lo + 1, np.bool_)
-        seen[off] = True
-        lut = np.cumsum(seen, dtype=np.int64) - 1
-        return lut[off], int(lut[-1]) + 1
-    enc = pc.dictionary_encode(pa.array(values, pa.int64()))
-    order = np.argsort(enc.dictionary.to_numpy(), kind="stable")
-    rank = np.empty(len(order), np.int64)
-    rank[order] = np.arange(len(order), dtype=np.int64)
-    return rank[enc.indices.to_numpy()], len(order)
-
-
 def _track_ids(keys: I64, make: object) -> I64:
     """Per row the track uuid of its key tuple (``keys``: [n, k] int64), made
     once per distinct key with ``make(*key)``, in the keys' sorted order.
 
-    Columnar and without a sort of the rows: each column is ranked
-    (:func:`_dense_codes`) and the ranks combined into one mixed-radix code,
-    which orders the tuples as a lexicographic sort would (re-ranked first
-    whenever the next column could overflow int64); that code is ranked
-    again to find the distinct tuples."""
+    Columnar and without a sort of the rows
+    (:func:`stream_analytics.groups.tuple_codes`)."""
     n, k = keys.shape
     if n == 0:
         return np.empty(0, np.int64)
-    code = np.zeros(n, np.int64)
-    span = 1  # every code is below span
-    for i in range(k):
-        rank, m = _dense_codes(keys[:, i])
-        if span * m >= 1 << 62:
-            code, span = _dense_codes(code)  # order kept, span <= n
-        code = code * m + rank
-        span *= m
-    row, distinct = _dense_codes(code)
+    row, distinct = tuple_codes([keys[:, i] for i in range(k)])
     first = np.empty(distinct, np.int64)
     first[row[::-1]] = np.arange(n - 1, -1, -1, dtype=np.int64)  # a row of each tuple
     lut = np.array([make(*map(int, keys[r])) for r in first.tolist()],  # type: ignore[operator]
                    dtype=np.int64)
-    return lut[row]
+    out: I64 = lut[row]
+    return out
 
 
 def _gpu_chunk(b: _Builder, k: pa.RecordBatch, flows: _Flows) -> None:

@@ -64,26 +64,26 @@ def test_equals_arrows_group_by(keys: list[str], n: int) -> None:
     assert rows(got) == rows(want)
 
 
-@pytest.mark.parametrize("path", ["direct", "one_int64", "rows"])
-def test_each_grouping_path_gives_arrows_groups_in_order_of_first_appearance(path: str) -> None:
-    """Keys folded into one int64 and grouped by direct addressing (a small
-    span), by numpy's unique of that int64 (a span far wider than the rows),
-    or, when the key ranges do not fit in 62 bits together, by unique of the
-    rows: the same groups as Arrow's, numbered in order of first appearance."""
+@pytest.mark.parametrize("spread", ["small", "wide", "overflowing"])
+def test_groups_of_small_wide_and_overflowing_key_ranges_are_arrows_in_first_appearance_order(
+        spread: str) -> None:
+    """Key tuples ranked through a lookup table (small ranges), by hashing
+    (a range far wider than the rows), and with the combined code re-ranked
+    because two keys' ranges together overflow int64: the same groups as
+    Arrow's, numbered in order of first appearance."""
     from stream_analytics import groups
 
     rng = np.random.default_rng(11)
     n = 3000
     a, b = rng.integers(0, 5, n), rng.integers(-3, 4, n)
-    if path == "one_int64":
+    if spread == "wide":
         b = b * 10**12
-    elif path == "rows":
-        a = a * 2**60 - 2**61  # range 2^62: the two keys cannot share one int64
+    elif spread == "overflowing":
+        a = a * 2**60 - 2**61
+        b = b * 2**60
     t = pa.table({"a": a, "b": b, "v": rng.integers(0, 100, n)})
-    parts = [a, b]
-    key = groups._one_key(parts)
-    assert (key is None) == (path == "rows")
-    assert key is None or (groups._dense(key) is None) == (path == "one_int64")
+    wide = (int(b.max()) - int(b.min())) >= max(groups.DENSE_LUT_MIN, 4 * n)
+    assert wide == (spread != "small")
     got = group_reduce(t, ["a", "b"], [("v", "sum"), ("v", "count")])
     first: dict[tuple[int, int], None] = {}
     for k in zip(a.tolist(), b.tolist(), strict=True):
