@@ -92,6 +92,13 @@ class _Spool:
     group's batches unified first, so that its dictionary columns are written
     as one dictionary page and indices).
 
+    Every row group but the last has exactly :data:`ROW_GROUP_ROWS` rows (the
+    batch that crosses the boundary is split, without a copy): the trace
+    reads them back as whole chunks of
+    :data:`exporter.sinks.perfetto_trace.CHUNK_ROWS`. Row groups of 66,000
+    rows (three 22,000-row bus messages) had made it encode a chunk of 65,536
+    and one of 464 rows from each.
+
     The row groups are encoded and written in a worker thread, one at a time
     and in order (Parquet encoding and zstd release the GIL, so the sink and
     the analytics consumer go on reading the bus meanwhile); at most
@@ -114,8 +121,8 @@ class _Spool:
         self.buf.append(batch)
         self.buffered += batch.num_rows
         self.rows += batch.num_rows
-        if self.buffered >= ROW_GROUP_ROWS:
-            self._write()
+        while self.buffered >= ROW_GROUP_ROWS:
+            self._write(ROW_GROUP_ROWS)
 
     def _write_table(self, table: pa.Table) -> None:
         if self.writer is None:
@@ -130,9 +137,16 @@ class _Spool:
         # 400-character kernel names, row after row)
         self.writer.write_table(table.unify_dictionaries())
 
-    def _write(self) -> None:
+    def _write(self, rows: int | None = None) -> None:
+        """Hand the first ``rows`` buffered rows (all: None) to the writer
+        thread as one row group; the rest (a slice, no copy) stays buffered."""
         table = pa.Table.from_batches(self.buf, schema=self.schema)
-        self.buf, self.buffered = [], 0
+        if rows is not None and rows < table.num_rows:
+            rest = table.slice(rows)
+            table = table.slice(0, rows)
+            self.buf, self.buffered = rest.to_batches(), rest.num_rows
+        else:
+            self.buf, self.buffered = [], 0
         self._writes.append(self._pool.submit(self._write_table, table))
         while self._writes and (len(self._writes) > SPOOL_PENDING or self._writes[0].done()):
             self._writes.popleft().result()

@@ -192,19 +192,23 @@ def test_a_fetch_failing_with_a_lost_connection_is_retried_and_loses_nothing(
 
 def test_spool_writer_thread_keeps_row_groups_in_arrival_order(tmp_path: Path) -> None:
     """Row groups written by the spool's worker thread (several waiting at
-    once) come out in the order the batches arrived: every row, once, in order."""
+    once) come out in the order the batches arrived: every row, once, in order;
+    each of ROW_GROUP_ROWS rows but the last."""
     from exporter.sinks import bundle
 
     sp = bundle._Spool(tmp_path / "k.parquet", KERNEL_SPAN)
-    n, step = 0, 50_000  # every second add passes ROW_GROUP_ROWS: a 100,000-row group
+    n, step = 0, 50_000  # not a divisor of ROW_GROUP_ROWS: most adds cross a boundary
     for i in range(12):
         sp.add(_kernels(step, i * step).to_batches()[0])
         n += step
     t = pq.read_table(sp.close())
     assert t.num_rows == n == sp.rows
     assert t.column("start_ns").to_pylist() == list(range(n))
-    assert 2 * step > bundle.ROW_GROUP_ROWS > step
-    assert pq.ParquetFile(sp.path).metadata.num_row_groups == 6
+    md = pq.ParquetFile(sp.path).metadata
+    sizes = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
+    # every row group but the last is ROW_GROUP_ROWS rows: batches split at the boundary
+    assert sizes[:-1] == [bundle.ROW_GROUP_ROWS] * (n // bundle.ROW_GROUP_ROWS)
+    assert sizes[-1] == n % bundle.ROW_GROUP_ROWS
 
 
 def test_spool_keeps_kernel_names_dictionary_encoded_across_batches_with_their_own_dictionaries(
