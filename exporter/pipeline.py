@@ -277,7 +277,9 @@ class Pipeline:
                 await asyncio.to_thread(c.close)
             except Exception as e:
                 log.warning("closing collector %s: %s", c.name, e)
-        if self.bus is not None:
-            await self.bus.close()
-        if self.server is not None:
-            await asyncio.to_thread(self.server.stop)
+        try:
+            if self.bus is not None:
+                await self.bus.close()
+        finally:  # a close that failed is not repeated: the server stops now
+            if self.server is not None:
+                await asyncio.to_thread(self.server.stop)

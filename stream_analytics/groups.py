@@ -7,11 +7,11 @@ no Parquet. The daemon's own groupings are small: scheduler samples by pid
 (tens of rows a publish) and GPU throttle ratios by timestamp and GPU. Their
 keys are integers. :func:`group_reduce` does them with numpy (the key tuples
 ranked by :func:`tuple_codes`, without a sort of the rows; ``ufunc.at``),
-exactly, with Arrow's output names, types and null rules. The Perfetto
-trace's track ids use :func:`tuple_codes` too.
+exactly, with Arrow's output names, types and null rules.
 So do the analytics' kernel totals by model, pid and family codes (one call
 per reduced batch of a replay: no Acero call each time). Groupings by
-string keys (kernel names, families) keep ``group_by``.
+string keys (kernel names, families) keep ``group_by``. The Perfetto
+trace's track ids use :func:`tuple_codes` too.
 
 >>> import pyarrow as pa
 >>> t = pa.table({"pid": [7, 3, 7], "x": [1, None, 5]})
