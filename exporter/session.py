@@ -409,8 +409,9 @@ class Session:
         out.mkdir(parents=True, exist_ok=True)
         ph = self.phases
         results: concurrent.futures.Future[pa.Table] = concurrent.futures.Future()
-        # the trace's imports, while the readers drain: not on the trace's path
-        trace: list[asyncio.Future[None]] = [asyncio.ensure_future(
+        # beside the drain and the bundle: the trace's imports (not on the trace's
+        # path), the trace, and the pipeline's close
+        beside: list[asyncio.Future[None]] = [asyncio.ensure_future(
             asyncio.to_thread(preimport_trace))]
         counts: dict[str, int] = {}
 
@@ -418,7 +419,7 @@ class Session:
             with ph.time("bundle"):
                 counts.update(self.sink.write(out, only=SPOOLED))
             advance = self._trace_progress(counts.get("kernel_span", 0))
-            trace.append(asyncio.ensure_future(asyncio.to_thread(
+            beside.append(asyncio.ensure_future(asyncio.to_thread(
                 write_kernel_outputs, out, self.sink, results.result, hip_api, ph.time,
                 advance)))
 
@@ -427,11 +428,11 @@ class Session:
             results.set_result(self.sink.table("analytics_result"))
             # everything published is read: the bus and the server stop while the trace
             # is written (nothing is held to publish: capture and replay publish at once)
-            trace.append(asyncio.ensure_future(self.pipe.close()))
-            await asyncio.gather(*trace)
+            beside.append(asyncio.ensure_future(self.pipe.close()))
+            await asyncio.gather(*beside)
         except BaseException:
             results.cancel()  # a trace waiting for the results stops
-            await asyncio.gather(*trace, return_exceptions=True)
+            await asyncio.gather(*beside, return_exceptions=True)
             raise
         with ph.time("bundle"):
             counts |= self.sink.write(out, only=set(FILES) - SPOOLED)

@@ -100,6 +100,18 @@ def tuple_codes(columns: Sequence[np.ndarray[Any, Any]]) -> tuple[np.ndarray[Any
     return dense_codes(code)
 
 
+def first_rows(codes: np.ndarray[Any, Any], m: int) -> np.ndarray[Any, Any]:
+    """The first row of each of the ``m`` codes of :func:`dense_codes` or
+    :func:`tuple_codes` (each code in ``0..m-1`` occurs).
+
+    >>> first_rows(np.array([1, 0, 1, 2]), 3)
+    array([1, 0, 3])
+    """
+    first = np.full(m, len(codes), dtype=np.int64)
+    np.minimum.at(first, codes, np.arange(len(codes), dtype=np.int64))
+    return first
+
+
 def _groups(table: pa.Table, keys: Sequence[str]) -> tuple[np.ndarray[Any, Any],
                                                             np.ndarray[Any, Any]]:
     """(group of each row, first row of each group), groups numbered in order
@@ -113,9 +125,7 @@ def _groups(table: pa.Table, keys: Sequence[str]) -> tuple[np.ndarray[Any, Any],
             parts.append(_valid(col).astype(np.int64))
         parts.append(_values(col).astype(np.int64, copy=False))
     code, m = tuple_codes(parts)
-    n = len(code)
-    first = np.full(m, n, dtype=np.int64)
-    np.minimum.at(first, code, np.arange(n, dtype=np.int64))
+    first = first_rows(code, m)
     order = np.argsort(first, kind="stable")
     rank = np.empty(m, dtype=np.int64)
     rank[order] = np.arange(m, dtype=np.int64)

@@ -92,7 +92,7 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import (
 from exporter import catalogue
 from exporter.sinks import perfetto_slices as ps
 from exporter.sinks.otlp_proto import match_iterations
-from stream_analytics.groups import tuple_codes
+from stream_analytics.groups import first_rows, tuple_codes
 
 SEQ_ID = ps.SEQ_ID
 ENCODE_THREADS = 2
@@ -488,8 +488,7 @@ def _track_ids(keys: I64, make: object) -> I64:
     if n == 0:
         return np.empty(0, np.int64)
     row, distinct = tuple_codes([keys[:, i] for i in range(k)])
-    first = np.empty(distinct, np.int64)
-    first[row[::-1]] = np.arange(n - 1, -1, -1, dtype=np.int64)  # a row of each tuple
+    first = first_rows(row, distinct)
     lut = np.array([make(*map(int, keys[r])) for r in first.tolist()],  # type: ignore[operator]
                    dtype=np.int64)
     out: I64 = lut[row]
