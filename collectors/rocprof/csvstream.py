@@ -9,10 +9,11 @@ their conversion by a worker thread; lines it drops are counted from that
 thread, the rows in order. Memory is bounded by ``block_size``, not by file
 size.
 
-Fast path: float columns are converted by the CSV reader itself, integer
-columns read as bytes and cast to int64 (cheaper than the reader's own
-conversion). If a block holds a value that either rejects (non-numeric, or an
-integer with spaces or a ``+``) the reader is restarted in *safe mode*
+Fast path: integer and float columns are converted by the CSV reader itself
+(only an empty unquoted field is null: ``NA``, ``null`` or ``NaN`` are values
+that do not parse). If a block holds a value the reader rejects (non-numeric,
+an integer with a ``+``) or a float that is not finite (``nan``, ``inf``), the
+reader is restarted in *safe mode*
 (numeric columns read as bytes, validated with a regex, bad rows dropped
 as ``not_numeric``), skipping the rows already yielded; if that fails too (a
 malformed line holding bytes that are not UTF-8: pyarrow cannot hand such a line to
@@ -281,8 +282,10 @@ class CsvStream:
         for csv_name, col in present.items():
             if col.kind in ("agent", "name"):  # text is read as bytes, checked in _convert
                 types[csv_name] = _DICT_BIN
-            elif col.kind in ("str", "int") or safe:
-                types[csv_name] = pa.binary()  # "int": cast in _convert, see there
+            elif col.kind == "str" or safe:
+                types[csv_name] = pa.binary()
+            elif col.kind == "int":
+                types[csv_name] = pa.int64()
             else:
                 types[csv_name] = pa.float64()
         # duplicate header names confuse include_columns; dedupe by suffix
@@ -298,6 +301,7 @@ class CsvStream:
             convert_options=pcsv.ConvertOptions(
                 column_types=types,
                 include_columns=list(present),
+                null_values=[""],  # not "NA", "null", "NaN"...: not_numeric, as in safe mode
                 strings_can_be_null=True,
                 quoted_strings_can_be_null=False,
             ),
@@ -348,12 +352,9 @@ class CsvStream:
                 if col.kind == "int":  # Arrow's integer parsers take no "+"
                     arr = pc.replace_substring_regex(arr, r"^\+", "")
                 arr = pc.cast(arr, pa.int64() if col.kind == "int" else pa.float64())
-            elif col.kind == "int":
-                # Bytes cast to int64: the CSV reader's own int64 conversion cost
-                # 1.3x the CPU of the whole read (2M rocprofv3 rows: medians of 7,
-                # 4.57 against 3.50 s). A value the cast rejects (" 3", "+4", "")
-                # raises ArrowInvalid: the block is read again in safe mode.
-                arr = pc.cast(arr, pa.int64())
+            elif col.kind in ("float_int", "float") and not pc.all(pc.is_finite(arr)).as_py():
+                # the reader takes "nan" and "inf", which safe mode's pattern rejects
+                raise pa.ArrowInvalid(f"column {col.csv[0]!r}: a value that is not finite")
             if col.kind == "float_int":
                 arr = pc.cast(pc.round(arr), pa.int64())
             out[col.out] = arr

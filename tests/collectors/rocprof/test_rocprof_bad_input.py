@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from collectors.rocprof.csvstream import CsvStream, _quiet_undecodable_rows
+from collectors.rocprof.csvstream import Column, CsvStream, _quiet_undecodable_rows
 from collectors.rocprof.kernels import MAX_NAME_CHARS, iter_csv_kernel_spans
 from collectors.rocprof.launch import launch_calls, read_api_trace
 from collectors.rocprof.rejects import Rejects
@@ -54,6 +54,38 @@ def test_non_numeric_field_rejected_with_line_rest_kept(tmp_path: Path) -> None:
         f"{p}:3: not_numeric: column 'End_Timestamp' value '12abc'"
     )
 
+
+
+@pytest.mark.parametrize("value", ["NA", "null", "NaN", "N/A"])
+def test_null_words_in_an_integer_column_are_not_numeric_not_null(
+        tmp_path: Path, value: str) -> None:
+    """The CSV reader converts integers itself with only an empty field as
+    null: a word pyarrow would read as null by default is a rejected value."""
+    ls = lines()
+    ls[2] = ls[2].replace(",1552082594709678,", f",{value},")  # End_Timestamp of line 3
+    p = tmp_path / "nullword_synthetic_kernel_trace.csv"
+    p.write_text("\n".join(ls) + "\n")
+    r = Rejects()
+    t = parse(p, r)
+    assert t.num_rows == 3
+    assert r.counts == {"not_numeric": 1}
+    assert r.examples["not_numeric"][0] == (
+        f"{p}:3: not_numeric: column 'End_Timestamp' value '{value}'")
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-Infinity"])
+def test_a_float_that_is_not_finite_is_not_numeric(value: str) -> None:
+    """The reader parses "nan" and "inf" as floats; they are rejected as in
+    safe mode, not kept (a timestamp of NaN cannot be rounded to int64)."""
+    cols = [Column("ts", ("Start_Timestamp",), "float_int", required=True),
+            Column("v", ("Value",), "float")]
+    data = f"Start_Timestamp,Value\n10.4,1.5\n{value},2\n30,{value}\n40,4\n".encode()
+    r = Rejects()
+    got = pa.Table.from_batches(list(CsvStream(data, cols, r, name="f.csv").batches()))
+    assert got.column("ts").to_pylist() == [10, 40]
+    assert got.column("v").to_pylist() == [1.5, 4.0]
+    assert r.counts == {"not_numeric": 2}
+    assert [e.split(": ", 1)[0] for e in r.examples["not_numeric"]] == ["f.csv:3", "f.csv:4"]
 
 def test_integers_with_spaces_or_a_plus_sign_are_read_as_their_values(tmp_path: Path) -> None:
     """An integer field with spaces around it or a leading ``+`` (which the
