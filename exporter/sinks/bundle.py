@@ -41,7 +41,7 @@ import sys
 import tempfile
 import weakref
 from collections import Counter, defaultdict, deque
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -83,12 +83,19 @@ DELTA_COLUMNS = {"kernel_span": ("start_ns", "end_ns", "correlation_id", "dispat
 """Columns of a spooled signal written ``DELTA_BINARY_PACKED`` (no dictionary):
 timestamps and ids that grow row by row, where a dictionary only fills up
 and falls back to plain values. The other columns keep dictionary encoding."""
+STATS_COLUMNS = {"kernel_span": ("start_ns", "end_ns", "pid", "tid", "agent_id", "queue_id",
+                                 "correlation_id", "dispatch_id", "iteration")}
+"""Columns of a spooled signal whose row groups get min/max statistics (the
+times and ids a reader prunes row groups by; other signals: every column).
+Not the dictionary-encoded strings: their min and max cost the writer a
+third of its CPU (2M kernel rows: 0.29 -> 0.21 s, ``benchmarks/README.md``)."""
 
 
 class _Spool:
     """One spooled signal: batches buffered up to :data:`ROW_GROUP_ROWS` rows, then
     written as a row group of ``path`` (``pyarrow.parquet.ParquetWriter``, zstd;
-    the signal's :data:`DELTA_COLUMNS` delta-encoded; the dictionaries of a row
+    the signal's :data:`DELTA_COLUMNS` delta-encoded, statistics for its
+    :data:`STATS_COLUMNS`; the dictionaries of a row
     group's batches unified first, so that its dictionary columns are written
     as one dictionary page and indices).
 
@@ -127,10 +134,13 @@ class _Spool:
     def _write_table(self, table: pa.Table) -> None:
         if self.writer is None:
             delta = [c for c in DELTA_COLUMNS.get(self.signal, ()) if c in self.schema.names]
+            stats = STATS_COLUMNS.get(self.signal)
             self.writer = pq.ParquetWriter(
                 self.path, self.schema, compression="zstd",
                 use_dictionary=[c for c in self.schema.names if c not in delta],
-                column_encoding=dict.fromkeys(delta, "DELTA_BINARY_PACKED"))
+                column_encoding=dict.fromkeys(delta, "DELTA_BINARY_PACKED"),
+                write_statistics=True if stats is None else
+                [c for c in stats if c in self.schema.names])
         # one dictionary per column and row group: batches decoded from separate
         # bus messages each bring their own, and Parquet's writer spells out every
         # row's value when a column chunk's dictionaries differ (a real trace's
@@ -303,18 +313,22 @@ class BundleSink:
                                          schema=schema.SCHEMAS[signal])
         return pa.Table.from_batches(self.batches.get(signal) or [], schema=schema.SCHEMAS[signal])
 
-    def iter_batches(self, signal: str, batch_rows: int = ROW_GROUP_ROWS
-                     ) -> Iterator[pa.RecordBatch]:
+    def iter_batches(self, signal: str, batch_rows: int = ROW_GROUP_ROWS,
+                     columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
         """``signal``'s batches in arrival order, at most ``batch_rows`` rows each
-        (a spooled signal is read back from its Parquet file)."""
+        (a spooled signal is read back from its Parquet file); ``columns``:
+        only these, in this order (None: all)."""
         if signal not in SPOOLED:
-            yield from self.table(signal).to_batches(max_chunksize=batch_rows)
+            t = self.table(signal)
+            yield from (t if columns is None else t.select(list(columns))).to_batches(
+                max_chunksize=batch_rows)
             return
         pf = pq.ParquetFile(self._spool(signal).close())
+        cols = None if columns is None else list(columns)
         # row group by row group: ParquetFile.iter_batches keeps memory that
         # grows with the file (about 30 MB per million kernel rows, pyarrow 26)
         for i in range(pf.metadata.num_row_groups):
-            yield from pf.read_row_group(i).to_batches(max_chunksize=batch_rows)
+            yield from pf.read_row_group(i, columns=cols).to_batches(max_chunksize=batch_rows)
 
     def write(self, out: Path, only: Collection[str] | None = None) -> dict[str, int]:
         """Write every collected signal's Parquet file (``only``: these
@@ -410,7 +424,8 @@ def write_kernel_outputs(out: Path, sink: BundleSink,
     """``trace.pftrace`` and ``profiler/kernel_stats.parquet``.
 
     Kernel spans are read back once, in batches, never as one table (in a
-    worker thread, two batches ahead): each batch goes to the trace and to
+    worker thread, two batches ahead; only the columns the trace and the
+    statistics read): each batch goes to the trace and to
     the kernel statistics (its
     :func:`~stream_analytics.kernel_stats.kernel_stats`, merged when all
     are read). ``analytics()`` returns the ANALYTICS_RESULT rows for the
@@ -422,22 +437,31 @@ def write_kernel_outputs(out: Path, sink: BundleSink,
     from stream_analytics.kernel_stats import kernel_stats, merge_stats
 
     stats: list[pa.Table] = []  # kernel_stats of each batch, merged at the end
+    missing: MissingExtra | None = None
+    try:  # the perfetto extra (perfetto, opentelemetry-proto); without it no trace
+        for mod in ("perfetto.protos.perfetto.trace.perfetto_trace_pb2",
+                    "opentelemetry.proto.trace.v1.trace_pb2"):
+            require(mod, "perfetto", "trace.pftrace")
+    except MissingExtra as e:
+        missing = e
+    columns: tuple[str, ...] = ("kernel_name", "duration_ns")  # the statistics'
+    if missing is None:
+        from exporter.sinks.perfetto_trace import KERNEL_COLUMNS
+
+        columns = (*KERNEL_COLUMNS, *(c for c in columns if c not in KERNEL_COLUMNS))
 
     def kernels() -> Iterator[pa.RecordBatch]:
-        """The kernel spans, read back once for both the trace and the stats."""
-        for b in sink.iter_batches("kernel_span"):
+        """The kernel spans, read back once for both the trace and the stats
+        (only the columns they read)."""
+        for b in sink.iter_batches("kernel_span", columns=columns):
             stats.append(kernel_stats(pa.Table.from_batches([b])))
             yield b
 
     # read and counted in a worker thread (Parquet decoding and the group-by
     # release the GIL) while the trace encodes the batches before
     batches = prefetch(kernels(), depth=2)
-    try:  # the perfetto extra (perfetto, opentelemetry-proto); without it no trace
-        for mod in ("perfetto.protos.perfetto.trace.perfetto_trace_pb2",
-                    "opentelemetry.proto.trace.v1.trace_pb2"):
-            require(mod, "perfetto", "trace.pftrace")
-    except MissingExtra as e:
-        log.warning("%s; bundle %s written without it", e, out)
+    if missing is not None:
+        log.warning("%s; bundle %s written without it", missing, out)
     else:
         from exporter.sinks.perfetto_trace import write_trace
 

@@ -109,6 +109,11 @@ per-part numpy calls) for the same events; each chunk's events are in time
 order, so larger chunks also leave fewer out-of-order events at chunk edges."""
 WINDOW_EVENTS = 65_536
 """Held begin/end events encoded per window (:func:`_held`)."""
+KERNEL_COLUMNS = ("start_ns", "end_ns", "model", "pid", "tid", "device_type", "agent_id",
+                  "queue_id", "correlation_id", "dispatch_id", "kernel_name", "kernel_family",
+                  "op_type", "iteration", "launch_api_ns", "launch_delay_ns")
+"""The ``KERNEL_SPAN`` columns :func:`write_trace` reads: its kernels may be
+batches of only these (the bundle reads no others back from its spool)."""
 FLUSH_PACKETS = 20_000
 """Packets built with the protobuf classes are written every this many."""
 LAUNCH_RE = re.compile(r"Launch")
@@ -573,8 +578,9 @@ def write_trace(
 ) -> TraceStats:
     """Write ``path`` (Perfetto protobuf trace) as it goes; return what was written.
 
-    ``kernels``: a ``KERNEL_SPAN`` table or record batches of it (read once,
-    in order; e.g. ``ParquetFile.iter_batches``); ``iterations``:
+    ``kernels``: a ``KERNEL_SPAN`` table or record batches of it, or of its
+    :data:`KERNEL_COLUMNS` (read once, in order; e.g.
+    ``ParquetFile.iter_batches``); ``iterations``:
     ``ITERATION_SPAN``; ``sched``: ``SCHED_SAMPLE``; ``gauges``:
     ``GAUGE_SAMPLE``; ``analytics``: ``ANALYTICS_RESULT``, or a function
     returning it, called once the kernels are written (their counters come

@@ -211,6 +211,29 @@ def test_spool_writer_thread_keeps_row_groups_in_arrival_order(tmp_path: Path) -
     assert sizes[-1] == n % bundle.ROW_GROUP_ROWS
 
 
+def test_kernel_spool_row_groups_have_statistics_on_times_and_ids_not_on_strings(
+        tmp_path: Path) -> None:
+    """Each row group of the kernel spool carries min/max statistics for the
+    columns of STATS_COLUMNS (a reader prunes row groups by time or id), equal
+    to the row group's own minimum and maximum; the dictionary-encoded string
+    columns have none."""
+    from exporter.sinks import bundle
+
+    sp = bundle._Spool(tmp_path / "k.parquet", KERNEL_SPAN, "kernel_span")
+    n = bundle.ROW_GROUP_ROWS + 1000
+    sp.add(_kernels(n, 5).to_batches()[0])
+    md = pq.ParquetFile(sp.close()).metadata
+    names = md.schema.to_arrow_schema().names
+    assert md.num_row_groups == 2
+    for g, (lo, hi) in enumerate([(5, 5 + bundle.ROW_GROUP_ROWS - 1), (5 + bundle.ROW_GROUP_ROWS,
+                                                                      5 + n - 1)]):
+        rg = md.row_group(g)
+        st = rg.column(names.index("start_ns")).statistics
+        assert st is not None and (st.min, st.max) == (lo, hi)
+        have = {c for c in names if rg.column(names.index(c)).statistics is not None}
+        assert have == set(bundle.STATS_COLUMNS["kernel_span"])
+        assert "kernel_name" not in have
+
 def test_spool_keeps_kernel_names_dictionary_encoded_across_batches_with_their_own_dictionaries(
         tmp_path: Path) -> None:
     """Batches decoded from separate bus messages each carry their own

@@ -363,3 +363,31 @@ def test_writes_through_the_writer_thread_keep_their_order_and_its_error_is_rais
         bad.raw(b"x" * 10, 1)
         with pytest.raises(OSError):
             bad.settle()
+
+
+@pytest.mark.parametrize("case", ["gpu_hip_api", "gpu_launch_columns", "cpu_iterations"])
+def test_the_kernel_columns_alone_give_the_same_trace_bytes(tmp_path: Path, case: str) -> None:
+    """write_trace reads only KERNEL_COLUMNS of the kernels (the bundle reads
+    no others back from its spool): batches of those columns alone give the
+    same file, byte for byte, as the whole KERNEL_SPAN rows (GPU kernels with
+    HIP API flows, with synthetic launches, CPU kernels nested in iterations)."""
+    from exporter.sinks.perfetto_trace import KERNEL_COLUMNS
+
+    empty = pa.Table.from_batches([conform("iteration_span", ITERATION_SPAN.empty_table())])
+    its, api = empty, None
+    if case == "cpu_iterations":
+        ks, its = data.magika_tables()
+    else:
+        ks = data.rocprof_kernels()
+        if case == "gpu_hip_api":
+            api = data.rocprof_hip_api()
+        else:
+            n = ks.num_rows
+            for c, v in (("pid", 238), ("launch_api_ns", 5_000), ("launch_delay_ns", 2_000)):
+                ks = ks.set_column(ks.schema.get_field_index(c), c, pa.array([v] * n, pa.int64()))
+    assert set(KERNEL_COLUMNS) < set(KERNEL_SPAN.names)
+    whole = write_trace(tmp_path / "whole.pftrace", ks, its, hip_api=api)
+    part = write_trace(tmp_path / "part.pftrace", iter(ks.select(list(KERNEL_COLUMNS))
+                                                       .to_batches()), its, hip_api=api)
+    assert whole.kernel_slices == part.kernel_slices == ks.num_rows > 0
+    assert part.path.read_bytes() == whole.path.read_bytes()
