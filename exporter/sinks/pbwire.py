@@ -10,7 +10,7 @@ row has length 0 there (``mask``). Fields are made column-wise
 bytes with whole-word shifts; nested messages by :func:`message` (a
 length-delimited field whose length is the sum of its parts' lengths, so
 nothing is copied until the end); and :func:`assemble` writes chosen rows,
-in a chosen order, as one ``bytes`` (the layout of a ``repeated`` message
+in a chosen order, as one buffer (the layout of a ``repeated`` message
 field). It lays each message out in a row-major staging buffer with room to
 spare after each row, one 8-byte store per word and row (a strided store
 while every row's offset is the same), then copies the rows to their
@@ -241,8 +241,9 @@ def _stage(parts: Sequence[Part], sub: npt.NDArray[np.intp] | None,
     return buf, pitch
 
 
-def assemble(groups: Sequence[Sequence[Part]], rows: npt.NDArray[np.integer]) -> bytes:
-    """The bytes of the chosen messages back to back.
+def assemble(groups: Sequence[Sequence[Part]], rows: npt.NDArray[np.integer]) -> memoryview:
+    """The bytes of the chosen messages back to back (a view of the buffer
+    they were written to: no copy into a ``bytes``).
 
     ``groups`` are messages with ``n_g`` rows each; ``rows`` indexes their
     rows as if the groups were stacked (group 0's rows first). Each chosen
@@ -287,4 +288,4 @@ def assemble(groups: Sequence[Sequence[Part]], rows: npt.NDArray[np.integer]) ->
             else:
                 which = np.flatnonzero(glen == size)
                 dest[pos[which]] = items[which]
-    return out.tobytes()
+    return out.data

@@ -31,6 +31,8 @@ BEGIN, END = 1, 2  # TrackEvent.TYPE_SLICE_BEGIN / TYPE_SLICE_END
 
 I64 = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
+Wire = bytes | memoryview
+"""Serialized packets: ``bytes``, or a view of the buffer :func:`pbwire.assemble` wrote."""
 
 
 @dataclass
@@ -151,7 +153,7 @@ def _end(track: I64, ts: I64) -> list[w.Part]:
     return w.message(1, [w.varint(ts, prefix=w.key(8, V)), *w.message(11, ev, before=seq)])
 
 
-def encode_events(s: SliceCols, ts: I64, events: npt.NDArray[np.intp]) -> bytes:
+def encode_events(s: SliceCols, ts: I64, events: npt.NDArray[np.intp]) -> Wire:
     """Serialized ``Trace.packet`` entries of the chosen ``events`` of ``s``, in
     that order: event ``k < n`` is slice ``k``'s begin, ``k >= n`` slice
     ``k - n``'s end, at ``ts[k]`` (``ts``, ``events``: as :func:`event_order`
@@ -181,19 +183,19 @@ def event_windows(s: SliceCols, window: int) -> Iterator[tuple[I64, npt.NDArray[
         yield ts, order[off:off + window]
 
 
-def encode_window(s: SliceCols, ts: I64, events: npt.NDArray[np.intp]) -> tuple[bytes, int]:
+def encode_window(s: SliceCols, ts: I64, events: npt.NDArray[np.intp]) -> tuple[Wire, int]:
     """Serialized packets of one window of :func:`event_windows` and their count."""
     return encode_events(s, ts, events), len(events)
 
 
-def encode_windows(s: SliceCols, window: int) -> Iterator[tuple[bytes, int]]:
+def encode_windows(s: SliceCols, window: int) -> Iterator[tuple[Wire, int]]:
     """:func:`encode` in pieces of at most ``window`` events, so memory grows
     with the window, not with ``2 n``."""
     for ts, ev in event_windows(s, window):
         yield encode_window(s, ts, ev)
 
 
-def encode(s: SliceCols) -> tuple[bytes, int]:
+def encode(s: SliceCols) -> tuple[Wire, int]:
     """Serialized ``Trace.packet`` entries of ``s`` (2 per slice) and their count."""
     if s.n == 0:
         return b"", 0

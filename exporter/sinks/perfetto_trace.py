@@ -170,7 +170,7 @@ class _Builder:
         self.pool = pool
         self.writer = writer
         self.writes: deque[Future[int]] = deque()
-        self.pending: deque[tuple[Future[tuple[bytes, int]] | bytes, int]] = deque()
+        self.pending: deque[tuple[Future[tuple[ps.Wire, int]] | ps.Wire, int]] = deque()
         self.encoding = 0
         self.trace = Trace()
         self.bytes = 0
@@ -196,14 +196,14 @@ class _Builder:
             self.trace = Trace()
             self._queue(data, packets)
 
-    def _queue(self, data: bytes, packets: int) -> None:
+    def _queue(self, data: ps.Wire, packets: int) -> None:
         """Write ``data`` now, or after the encodings still pending."""
         if self.pending:
             self.pending.append((data, packets))
         else:
             self._write(data, packets)
 
-    def _write(self, data: bytes, packets: int) -> None:
+    def _write(self, data: ps.Wire, packets: int) -> None:
         if self.writer is None:
             self.f.write(data)
         else:
@@ -214,12 +214,12 @@ class _Builder:
         self.packets += packets
         self.chunks += 1
 
-    def raw(self, data: bytes, packets: int) -> None:
+    def raw(self, data: ps.Wire, packets: int) -> None:
         """Write already serialized ``Trace.packet`` entries after what is buffered."""
         self.flush()
         self._queue(data, packets)
 
-    def encode(self, fn: Callable[..., tuple[bytes, int]], *args: object) -> None:
+    def encode(self, fn: Callable[..., tuple[ps.Wire, int]], *args: object) -> None:
         """Write ``fn(*args)`` (serialized packets and their count, e.g.
         :func:`perfetto_slices.encode`) after what is buffered: computed in
         ``pool`` when there is one, written in order by :meth:`settle`."""
