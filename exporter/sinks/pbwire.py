@@ -139,7 +139,8 @@ def const(b: bytes, n: int, mask: Mask | None = None) -> Part:
 def varint(values: npt.NDArray[np.integer], mask: Mask | None = None,
            prefix: bytes = b"") -> Part:
     """``prefix`` (a field key) then the varint of each value (int64 taken as
-    two's-complement uint64, as protobuf encodes a negative ``int64``)."""
+    two's-complement uint64, as protobuf encodes a negative ``int64``). A
+    column of one value is a :func:`const` part (no per-row work)."""
     a = np.asarray(values)
     v = a.view(np.uint64) if a.dtype == np.int64 else a.astype(np.uint64, copy=False)
     n = v.shape[0]
@@ -147,7 +148,10 @@ def varint(values: npt.NDArray[np.integer], mask: Mask | None = None,
         return Part(np.zeros((1, 0), dtype="<u8"), np.zeros(0, dtype=np.int64))
     # one width for every row (ids, timestamps and uuids of a chunk mostly are):
     # found from the extremes, with no per-row width search
-    lo, w = (_width(int(x)) for x in (v.min(), v.max()))
+    least, most = int(v.min()), int(v.max())
+    if least == most:  # one value on every row (a category, a length): a constant
+        return const(prefix + varint_bytes(least), n, mask)
+    lo, w = _width(least), _width(most)
     if lo == w:
         nb = np.full(n, w, dtype=np.int64)
     else:

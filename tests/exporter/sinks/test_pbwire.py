@@ -131,3 +131,19 @@ def test_a_prefix_longer_than_7_bytes_is_refused() -> None:
     """A varint's prefix shares its first word with the value: at most 7 bytes."""
     with pytest.raises(ValueError, match="8 bytes"):
         w.varint(np.arange(3), prefix=b"\x08" * 8)
+
+
+@pytest.mark.parametrize("value", [0, 1, 127, 128, 300, (1 << 56) + 5, (1 << 63) - 1, -1])
+def test_a_column_of_one_value_is_a_constant_part_with_each_rows_varint(value: int) -> None:
+    """A varint column holding one value on every row (a category id, the
+    length of same-shaped messages) becomes a constant part (stride 0, no
+    per-row work) whose rows are the prefix and that value's varint, absent
+    where masked."""
+    n = 5
+    mask = np.array([True, False, True, True, False])
+    p = w.varint(np.full(n, value, dtype=np.int64), mask, w.key(3, w.VARINT))
+    assert p.words.strides[1] == 0
+    one = w.key(3, w.VARINT) + w.varint_bytes(value % (1 << 64))
+    assert [bytes(p.data[i, :p.length[i]]) for i in range(n)] == [
+        one if m else b"" for m in mask.tolist()]
+    assert w.assemble([[p]], np.arange(n)) == one * int(mask.sum())
