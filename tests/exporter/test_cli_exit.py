@@ -25,6 +25,8 @@ ENTRY = textwrap.dedent("""
 
     witness = Witness()  # a module global: deleted by the teardown only
     atexit.register(lambda: sys.stderr.write("atexit ran\\n"))
+    import gc
+    atexit.register(lambda: sys.stderr.write(f"gc enabled: {gc.isenabled()}\\n"))
     sys.argv = ["aaco-exporter", *sys.argv[1:]]
     from exporter.cli import main
     main()
@@ -49,6 +51,23 @@ def test_replay_skips_the_teardown_and_keeps_status_output_and_atexit(tmp_path: 
     assert "KAR" in r.stdout
     assert "atexit ran" in r.stderr
     assert "teardown ran" not in r.stderr
+    assert "gc enabled: False" in r.stderr  # no collector passes in a bulk job
+
+
+def test_an_in_process_replay_leaves_the_garbage_collector_on(tmp_path: Path) -> None:
+    """Only the console-script entry point turns the collector off: a replay
+    run in-process (typer's test runner, as the test suite does) leaves it
+    on for the rest of the process."""
+    import gc
+
+    from typer.testing import CliRunner
+
+    from exporter.cli import app
+
+    assert gc.isenabled()
+    r = CliRunner().invoke(app, ["replay", str(V3_KERNELS), "--out", str(tmp_path), "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert gc.isenabled()
 
 
 def test_a_failed_replay_keeps_its_exit_status_and_error_line(tmp_path: Path) -> None:
@@ -69,3 +88,4 @@ def test_other_commands_end_with_the_usual_teardown() -> None:
     assert "replay" in r.stdout
     assert "atexit ran" in r.stderr
     assert "teardown ran" in r.stderr
+    assert "gc enabled: True" in r.stderr
