@@ -72,6 +72,13 @@ replay decodes 97 times instead of 180 (83 messages found decoded): CPU
 10.57 -> 10.32 s, medians of 8 alternating pairs (``benchmarks/README.md``)."""
 READ_WAIT_S = 0.05
 """How long a session reader's fetch waits for a message while the publisher runs."""
+NATS_GOMAXPROCS = 1
+"""``GOMAXPROCS`` of the nats-server a session starts itself (``GOMAXPROCS``
+in the environment wins; as the daemon's, ``exporter.daemon``): one Go thread
+stores and delivers a replay's messages (nats-server used about 5 % of the
+CPU of a 2M-row replay), and Go's idle threads no longer spin for work beside
+the parser: 2M rows 1.755 -> 1.71 s, CPU 2.96 -> 2.83 s, medians of 10
+alternating pairs (``benchmarks/README.md``)."""
 GIVE_UP_EMPTY = 1200
 """Empty fetches in a row (:data:`READ_WAIT_S` each: 60 s) after which the
 publisher stops waiting for a reader that is behind."""
@@ -234,7 +241,7 @@ class Session:
         phases = phases or Phases()
         host = socket.gethostname()
         sid = new_session_id()
-        pipe = Pipeline(host, bus_cfg, session=sid)
+        pipe = Pipeline(host, bus_cfg, session=sid, nats_go_max_procs=NATS_GOMAXPROCS)
         try:
             with phases.time("start"):
                 bus = await pipe.open()

@@ -1,6 +1,7 @@
 """The embedded nats-server's GOMAXPROCS: ``run`` starts it with one Go thread
-(its background traffic needs no more; issue 14's daemon CPU), a GOMAXPROCS
-in the environment wins, and capture/replay keep Go's default."""
+(its background traffic needs no more; issue 14's daemon CPU), and so do
+capture and replay sessions (one thread stores and delivers their messages;
+Go's idle threads cost a replay CPU); a GOMAXPROCS in the environment wins."""
 
 from __future__ import annotations
 
@@ -56,5 +57,25 @@ def test_the_daemons_pipeline_starts_its_server_with_the_daemons_setting(
             return _environ(pipe.server.proc.pid).get("GOMAXPROCS")
         finally:
             await pipe.close()
+
+    assert asyncio.run(env()) == "1"
+
+
+def test_a_capture_or_replay_session_starts_its_server_with_one_go_thread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Session.open (what capture and replay run) starts its embedded
+    nats-server with NATS_GOMAXPROCS (1) in its environment."""
+    from exporter.session import NATS_GOMAXPROCS, Session
+
+    monkeypatch.delenv("GOMAXPROCS", raising=False)
+    assert NATS_GOMAXPROCS == 1
+
+    async def env() -> str | None:
+        s = await Session.open("replay", BusConfig())
+        try:
+            assert s.pipe.server is not None and s.pipe.server.proc is not None
+            return _environ(s.pipe.server.proc.pid).get("GOMAXPROCS")
+        finally:
+            await s.close()
 
     assert asyncio.run(env()) == "1"
