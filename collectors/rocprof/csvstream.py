@@ -10,10 +10,10 @@ thread, the rows in order. Memory is bounded by ``block_size``, not by file
 size.
 
 Fast path: integer and float columns are converted by the CSV reader itself
-(only an empty unquoted field is null: ``NA``, ``null`` or ``NaN`` are values
-that do not parse). If a block holds a value the reader rejects (non-numeric,
-an integer with a ``+``) or a float that is not finite (``nan``, ``inf``), the
-reader is restarted in *safe mode*
+(an empty field and pyarrow's null words, ``NA``, ``null``, ``NaN`` and the
+like, are null, as in safe mode). If a block holds a value the reader
+rejects (non-numeric, or an integer with a ``+``) the reader is restarted in
+*safe mode*
 (numeric columns read as bytes, validated with a regex, bad rows dropped
 as ``not_numeric``), skipping the rows already yielded; if that fails too (a
 malformed line holding bytes that are not UTF-8: pyarrow cannot hand such a line to
@@ -301,7 +301,6 @@ class CsvStream:
             convert_options=pcsv.ConvertOptions(
                 column_types=types,
                 include_columns=list(present),
-                null_values=[""],  # not "NA", "null", "NaN"...: not_numeric, as in safe mode
                 strings_can_be_null=True,
                 quoted_strings_can_be_null=False,
             ),
@@ -352,9 +351,6 @@ class CsvStream:
                 if col.kind == "int":  # Arrow's integer parsers take no "+"
                     arr = pc.replace_substring_regex(arr, r"^\+", "")
                 arr = pc.cast(arr, pa.int64() if col.kind == "int" else pa.float64())
-            elif col.kind in ("float_int", "float") and not pc.all(pc.is_finite(arr)).as_py():
-                # the reader takes "nan" and "inf", which safe mode's pattern rejects
-                raise pa.ArrowInvalid(f"column {col.csv[0]!r}: a value that is not finite")
             if col.kind == "float_int":
                 arr = pc.cast(pc.round(arr), pa.int64())
             out[col.out] = arr
