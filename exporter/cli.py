@@ -72,7 +72,9 @@ def _finish(derived: dict[str, object], session: Path, timings: str | None = Non
 
 
 _SKIP_TEARDOWN = {"on": False, "main": False}
-"""Set by a bulk command (:func:`_skip_teardown`); read by :func:`main`."""
+"""``on``: set by a bulk command (:func:`_skip_teardown`), read by
+:func:`main`; ``main``: set by :func:`main`, read by :func:`_skip_teardown`
+(the console script's process is the command's)."""
 
 
 def _skip_teardown() -> None:

@@ -65,7 +65,7 @@ class Pipeline:
     publish_interval_s: float = 0.0  # background samples published this often; 0: at once
     buffer: PublishBuffer = field(default_factory=PublishBuffer)
     nats_go_max_procs: int | None = None  # the embedded server's GOMAXPROCS; None: Go's default
-    closed: bool = False  # close() was called
+    closed: bool = field(default=False, init=False)  # close() was called
     watched: set[int] | None = None
     """The collectors' shared watched pid set (``CollectorContext.pids``).
     When a ``collect()`` adds pids to it, every collector whose

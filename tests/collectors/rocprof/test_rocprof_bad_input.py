@@ -26,6 +26,12 @@ def lines() -> list[str]:
     return (TD / "kernel_trace_truncated.csv").read_text().splitlines()
 
 
+def _csv(path: Path, ls: list[str]) -> Path:
+    """``ls`` written to ``path`` as lines (each ended by a newline)."""
+    path.write_text("\n".join(ls) + "\n")
+    return path
+
+
 def parse(p: Path, r: Rejects, fmt: str = FMT) -> pa.Table:
     return pa.Table.from_batches(list(iter_csv_kernel_spans(p, fmt, r)), schema=KERNEL_SPAN)
 
@@ -44,8 +50,7 @@ def test_file_cut_mid_line_drops_only_last_row_as_truncated(tmp_path: Path) -> N
 def test_non_numeric_field_rejected_with_line_rest_kept(tmp_path: Path) -> None:
     ls = lines()
     ls[2] = ls[2].replace(",1552082594709678,", ",12abc,")  # End_Timestamp of line 3
-    p = tmp_path / "nonnum_synthetic_kernel_trace.csv"
-    p.write_text("\n".join(ls) + "\n")
+    p = _csv(tmp_path / "nonnum_synthetic_kernel_trace.csv", ls)
     r = Rejects()
     t = parse(p, r)
     assert t.num_rows == 3
@@ -64,8 +69,7 @@ def test_null_words_in_an_integer_column_are_null_and_the_row_kept(
     ls = lines()
     tid = ls[2].split(",")[4]  # Thread_Id of line 3
     ls[2] = ls[2].replace(f",{tid},", f",{value},", 1)
-    p = tmp_path / "nullword_synthetic_kernel_trace.csv"
-    p.write_text("\n".join(ls) + "\n")
+    p = _csv(tmp_path / "nullword_synthetic_kernel_trace.csv", ls)
     r = Rejects()
     t = parse(p, r)
     assert r.counts == {}
@@ -80,12 +84,10 @@ def test_integers_with_spaces_or_a_plus_sign_are_read_as_their_values(tmp_path: 
     as its value, and every row is kept: the "+" once made safe mode give up
     on the rest of the file."""
     ls = lines()[:4]
-    ref = tmp_path / "ref_synthetic_kernel_trace.csv"
-    ref.write_text("\n".join(ls) + "\n")
+    ref = _csv(tmp_path / "ref_synthetic_kernel_trace.csv", ls)
     ls[2] = ls[2].replace(",1552082594709678,", ", 1552082594709678 ,")  # End_Timestamp
     ls[3] = ls[3].replace(",855217,", ",+855217,")  # Thread_Id
-    p = tmp_path / "signed_synthetic_kernel_trace.csv"
-    p.write_text("\n".join(ls) + "\n")
+    p = _csv(tmp_path / "signed_synthetic_kernel_trace.csv", ls)
     r = Rejects()
     t = parse(p, r)
     assert r.counts == {}
@@ -99,8 +101,7 @@ def test_end_before_start_and_duplicate_dispatch_id(tmp_path: Path) -> None:
     f[9], f[10] = f[10], f[9]  # swap start/end of line 2
     ls[1] = ",".join(f)
     ls.append(ls[4])  # line 6 repeats dispatch id of line 5
-    p = tmp_path / "order_synthetic_kernel_trace.csv"
-    p.write_text("\n".join(ls) + "\n")
+    p = _csv(tmp_path / "order_synthetic_kernel_trace.csv", ls)
     r = Rejects()
     t = parse(p, r)
     assert t.num_rows == 3
@@ -112,8 +113,7 @@ def test_end_before_start_and_duplicate_dispatch_id(tmp_path: Path) -> None:
 def test_wrong_field_count_in_middle_is_column_count(tmp_path: Path) -> None:
     ls = lines()
     ls.insert(2, '"KERNEL_DISPATCH","Agent 4",1')
-    p = tmp_path / "short_synthetic_kernel_trace.csv"
-    p.write_text("\n".join(ls) + "\n")
+    p = _csv(tmp_path / "short_synthetic_kernel_trace.csv", ls)
     r = Rejects()
     t = parse(p, r)
     assert t.num_rows == 4
@@ -186,8 +186,7 @@ def test_the_quiet_hook_passes_every_other_unraisable_exception_on() -> None:
 def test_renamed_required_column_rejects_file_naming_column(tmp_path: Path) -> None:
     ls = lines()
     ls[0] = ls[0].replace('"End_Timestamp"', '"EndTime"')
-    p = tmp_path / "renamed_synthetic_kernel_trace.csv"
-    p.write_text("\n".join(ls) + "\n")
+    p = _csv(tmp_path / "renamed_synthetic_kernel_trace.csv", ls)
     r = Rejects()
     assert parse(p, r).num_rows == 0
     assert r.counts == {"missing_column": 1}
@@ -197,8 +196,7 @@ def test_renamed_required_column_rejects_file_naming_column(tmp_path: Path) -> N
 def test_100kb_kernel_name_is_truncated_and_counted(tmp_path: Path) -> None:
     ls = lines()
     ls[1] = ls[1].replace('"addition_kernel"', '"' + "k" * 100_000 + '"')
-    p = tmp_path / "longname_synthetic_kernel_trace.csv"
-    p.write_text("\n".join(ls) + "\n")
+    p = _csv(tmp_path / "longname_synthetic_kernel_trace.csv", ls)
     r = Rejects()
     t = parse(p, r)
     assert t.num_rows == 4
@@ -215,8 +213,7 @@ def test_wrong_file_for_parser_reports_missing_column() -> None:
 def test_duplicate_launch_correlation_ids_keep_first(tmp_path: Path) -> None:
     src = (TD / "api" / "hip_runtime_trace.csv").read_text().splitlines()
     launch = next(x for x in src if "hipLaunchKernel" in x)
-    p = tmp_path / "dup_synthetic_hip_api_trace.csv"
-    p.write_text("\n".join([*src, launch]) + "\n")
+    p = _csv(tmp_path / "dup_synthetic_hip_api_trace.csv", [*src, launch])
     r = Rejects()
     calls = launch_calls(read_api_trace(p, r), r, str(p))
     assert calls["correlation_id"].to_pylist() == [5]
